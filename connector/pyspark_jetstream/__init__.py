@@ -1,0 +1,38 @@
+"""pyspark-jetstream: the Apache Spark connector for NATS JetStream.
+
+After ``pip install pyspark-jetstream``, ``format("jetstream")`` works with no
+registration call: Spark imports top-level ``pyspark_*`` modules and registers
+their ``DefaultSource``. This module therefore imports only the data source
+class (and the error types), never nats-py or pyarrow.
+"""
+
+from .datasource import JetStreamDataSource
+from .errors import (
+    AckTimeoutError,
+    JetStreamApiError,
+    JetStreamConnectorError,
+    NatsConnectError,
+    OptionError,
+    PublishError,
+    SchemaError,
+    ServerBinaryNotFound,
+    StreamConfigError,
+)
+
+DefaultSource = JetStreamDataSource
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "AckTimeoutError",
+    "DefaultSource",
+    "JetStreamApiError",
+    "JetStreamConnectorError",
+    "JetStreamDataSource",
+    "NatsConnectError",
+    "OptionError",
+    "PublishError",
+    "SchemaError",
+    "ServerBinaryNotFound",
+    "StreamConfigError",
+]

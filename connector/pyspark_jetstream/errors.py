@@ -1,0 +1,101 @@
+"""One error tree for everything the connector raises on purpose.
+
+Callers and tests check types and attributes, never message substrings::
+
+    JetStreamConnectorError
+    +-- OptionError             a bad, missing, unknown or conflicting option
+    +-- SchemaError             an input column the sink does not accept
+    +-- ServerBinaryNotFound    the embedded server harness found no nats-server
+    +-- NatsConnectError        cannot reach the servers, or authentication failed
+    +-- JetStreamApiError       a $JS.API request answered with an error
+    +-- StreamConfigError       the target stream is missing or cannot enforce ADR-43
+    +-- PublishError            a row was rejected (by the server or client-side)
+    +-- AckTimeoutError         PubAcks did not arrive within ackTimeout
+
+Every message names what was wrong and what to do about it, and never contains
+a secret: secrets are kept in :class:`pyspark_jetstream.connection.Secret`,
+whose ``repr`` and ``str`` are redacted.
+"""
+
+from __future__ import annotations
+
+
+class JetStreamConnectorError(Exception):
+    """Base class of every error the connector raises on purpose."""
+
+
+class OptionError(JetStreamConnectorError, ValueError):
+    """An option is missing, unknown, malformed, out of range or conflicts with another."""
+
+    def __init__(self, option: str, value: object, expected: str) -> None:
+        self.option = option
+        self.value = value
+        self.expected = expected
+        shown = "<missing>" if value is None else repr(value)
+        super().__init__(f"Invalid value for option '{option}': {shown}. {expected}")
+
+
+class SchemaError(JetStreamConnectorError, ValueError):
+    """The DataFrame handed to the sink has a column it cannot publish."""
+
+
+class ServerBinaryNotFound(JetStreamConnectorError, FileNotFoundError):
+    """No nats-server binary could be found for the embedded server harness."""
+
+
+class NatsConnectError(JetStreamConnectorError, ConnectionError):
+    """The servers could not be reached, or refused the credentials."""
+
+
+class JetStreamApiError(JetStreamConnectorError):
+    """A JetStream API request ($JS.API.*) answered with an error."""
+
+    def __init__(self, api: str, code: int, err_code: int, description: str) -> None:
+        self.api = api
+        self.code = code
+        self.err_code = err_code
+        self.description = description
+        super().__init__(f"JetStream API {api} failed: {description} (code {code}, err_code {err_code})")
+
+
+class StreamConfigError(JetStreamConnectorError):
+    """The target stream is missing or its configuration cannot satisfy the write."""
+
+
+class PublishError(JetStreamConnectorError):
+    """A row could not be stored in the stream and no dead-letter subject was set.
+
+    ``position`` is the row's 0-based index within the Spark partition; ``err_code``
+    is the server's JetStream error code, or ``None`` for a client-side rejection.
+    """
+
+    def __init__(
+        self,
+        *,
+        subject: str | None,
+        position: int,
+        partition: int | None,
+        reason: str,
+        err_code: int | None = None,
+        value: object = None,
+        column: str | None = None,
+    ) -> None:
+        self.subject = subject
+        self.position = position
+        self.partition = partition
+        self.reason = reason
+        self.err_code = err_code
+        self.value = value
+        self.column = column
+        where = f"row {position}" + (f" of partition {partition}" if partition is not None else "")
+        parts = [f"Publishing {where} to subject {subject!r} failed: {reason}"]
+        if column is not None:
+            parts.append(f"column '{column}' value {value!r}")
+        if err_code is not None:
+            parts.append(f"server err_code {err_code}")
+        parts.append("Fix the row, or set the option 'deadLetterSubject' to divert rejected rows.")
+        super().__init__(". ".join(parts))
+
+
+class AckTimeoutError(JetStreamConnectorError, TimeoutError):
+    """PubAcks for published rows did not arrive in time."""

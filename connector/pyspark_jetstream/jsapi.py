@@ -1,0 +1,64 @@
+"""Minimal JetStream API requests ($JS.API.*) over a nats-py connection.
+
+The connector needs a handful of calls (stream info/create/update, stream names
+by subject) and wants every error as a typed :class:`JetStreamApiError` with the
+server's ``err_code``, which nats-py's JetStreamManager does not give uniformly.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from .errors import JetStreamApiError
+
+API_PREFIX = "$JS.API"
+
+# JetStream err_codes the connector reacts to (server/errors.json).
+ERR_STREAM_NOT_FOUND = 10059
+ERR_STREAM_INVALID_CONFIG = 10052
+ERR_EXPECTED_STREAM_MISMATCH = 10060
+ERR_MESSAGE_TTL_INVALID = 10165
+ERR_MESSAGE_TTL_DISABLED = 10166
+ERR_NO_MESSAGE_FOUND = 10037
+
+
+async def request(nc, api: str, body: dict[str, Any] | None = None, timeout: float = 10.0) -> dict[str, Any]:
+    """Send ``$JS.API.<api>`` and return the JSON reply; raise on an error reply."""
+    import nats.errors
+
+    payload = json.dumps(body).encode() if body is not None else b""
+    try:
+        msg = await nc.request(f"{API_PREFIX}.{api}", payload, timeout=timeout)
+    except nats.errors.NoRespondersError:
+        raise JetStreamApiError(api, 503, 0, "no responders: is JetStream enabled on the server?") from None
+    except nats.errors.TimeoutError:
+        raise JetStreamApiError(api, 408, 0, f"no reply within {timeout:g}s") from None
+    reply = json.loads(msg.data or b"{}")
+    error = reply.get("error")
+    if error:
+        raise JetStreamApiError(api, int(error.get("code", 0)), int(error.get("err_code", 0)), error.get("description", ""))
+    return reply
+
+
+async def stream_info(nc, stream: str) -> dict[str, Any] | None:
+    """``STREAM.INFO`` reply, or ``None`` when the stream does not exist."""
+    try:
+        return await request(nc, f"STREAM.INFO.{stream}")
+    except JetStreamApiError as exc:
+        if exc.err_code == ERR_STREAM_NOT_FOUND:
+            return None
+        raise
+
+
+async def stream_names_for_subject(nc, subject: str) -> list[str]:
+    reply = await request(nc, "STREAM.NAMES", {"subject": subject})
+    return list(reply.get("streams") or [])
+
+
+async def create_stream(nc, config: dict[str, Any]) -> dict[str, Any]:
+    return await request(nc, f"STREAM.CREATE.{config['name']}", config)
+
+
+async def update_stream(nc, config: dict[str, Any]) -> dict[str, Any]:
+    return await request(nc, f"STREAM.UPDATE.{config['name']}", config)

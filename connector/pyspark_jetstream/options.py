@@ -1,0 +1,410 @@
+"""Option names, their documentation, and parsing into frozen dataclasses.
+
+Parsing runs in three steps, as nats.go does for its consume options: every raw
+string becomes a typed value checked against its own range; then defaults and
+cross-option rules; then unknown keys are refused with the nearest known name.
+It runs on the driver when the query starts, so a typo fails ``save()`` /
+``start()`` before anything is published.
+
+The :data:`CONNECTION_OPTIONS` and :data:`SINK_OPTIONS` tables are the option
+reference: the README's tables are generated from them and a test keeps the two
+in step.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import re
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from .errors import OptionError
+from .ttl import ALLOWED_TTL, InvalidTtl, parse_go_duration, resolve_ttl
+
+# Keys Spark itself puts into a query's options; never ours to judge.
+SPARK_OWNED_KEYS = frozenset({"path", "checkpointlocation", "queryname"})
+
+_SUBJECT_BAD = re.compile(r"\s|(^|\.)[*>](\.|$)|^\.|\.\.|\.$")
+_STREAM_NAME_BAD = re.compile(r"[\s.*>/\\]")
+
+
+class Secret:
+    """A credential that never prints: ``repr``/``str`` are redacted, ``reveal()`` is explicit."""
+
+    __slots__ = ("_value",)
+
+    def __init__(self, value: str) -> None:
+        self._value = value
+
+    def reveal(self) -> str:
+        return self._value
+
+    def __repr__(self) -> str:
+        return "Secret('***')"
+
+    __str__ = __repr__
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Secret) and other._value == self._value
+
+    def __hash__(self) -> int:
+        return hash(("Secret", self._value))
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (Secret, (self._value,))
+
+
+@dataclass(frozen=True)
+class OptionSpec:
+    """One user-facing option: how it parses and how the README documents it."""
+
+    name: str
+    default: str | None
+    allowed: str
+    doc: str
+    parse: Callable[[str], Any]
+    secret: bool = False
+
+
+# ---------------------------------------------------------------- value parsers
+
+
+def parse_bool(raw: str) -> bool:
+    lowered = raw.strip().lower()
+    if lowered in ("true", "false"):
+        return lowered == "true"
+    raise ValueError(raw)
+
+
+def parse_int_range(low: int, high: int | None = None) -> Callable[[str], int]:
+    def parse(raw: str) -> int:
+        text = raw.strip()
+        if not re.fullmatch(r"[+-]?\d+", text):
+            raise ValueError(raw)
+        value = int(text)
+        if value < low or (high is not None and value > high):
+            raise ValueError(raw)
+        return value
+
+    return parse
+
+
+def parse_duration_seconds(minimum: float = 0.0) -> Callable[[str], float]:
+    """Whole seconds (``30``) or a Go duration (``30s``, ``1m30s``, ``500ms``)."""
+
+    def parse(raw: str) -> float:
+        text = raw.strip()
+        seconds = float(int(text)) if text.isdigit() else parse_go_duration(text) / 1e9
+        if seconds < minimum:
+            raise ValueError(raw)
+        return seconds
+
+    return parse
+
+
+def parse_choice(*choices: str) -> Callable[[str], str]:
+    def parse(raw: str) -> str:
+        lowered = raw.strip().lower()
+        if lowered not in choices:
+            raise ValueError(raw)
+        return lowered
+
+    return parse
+
+
+def parse_subject(raw: str) -> str:
+    if not raw or _SUBJECT_BAD.search(raw):
+        raise ValueError(raw)
+    return raw
+
+
+def parse_subject_filters(raw: str) -> tuple[str, ...]:
+    """Comma-separated subjects; wildcards allowed (they name what a stream captures)."""
+    parts = tuple(p.strip() for p in raw.split(","))
+    if not parts or any(not p or re.search(r"\s|^\.|\.\.|\.$", p) for p in parts):
+        raise ValueError(raw)
+    return parts
+
+
+def parse_stream_name(raw: str) -> str:
+    if not raw or _STREAM_NAME_BAD.search(raw):
+        raise ValueError(raw)
+    return raw
+
+
+def parse_servers(raw: str) -> tuple[str, ...]:
+    parts = tuple(p.strip() for p in raw.split(",") if p.strip())
+    if not parts:
+        raise ValueError(raw)
+    for part in parts:
+        if not re.fullmatch(r"((nats|tls|ws|wss)://)?[^\s/,]+(:\d+)?/?", part):
+            raise ValueError(raw)
+    return parts
+
+
+def parse_existing_file(raw: str) -> str:
+    path = os.path.expanduser(raw.strip())
+    if not os.path.isfile(path):
+        raise ValueError(raw)
+    return path
+
+
+def parse_ttl_option(raw: str) -> str | None:
+    try:
+        return resolve_ttl(raw)
+    except InvalidTtl:
+        raise ValueError(raw) from None
+
+
+def parse_secret(raw: str) -> Secret:
+    if raw == "":
+        raise ValueError(raw)
+    return Secret(raw)
+
+
+def parse_text(raw: str) -> str:
+    if not raw.strip():
+        raise ValueError(raw)
+    return raw
+
+
+# ---------------------------------------------------------------- option tables
+
+_FILE = "Expected the path of a readable file that exists on the driver and on every executor."
+
+CONNECTION_OPTIONS: tuple[OptionSpec, ...] = (
+    OptionSpec("servers", "nats://127.0.0.1:4222", "Expected comma-separated NATS URLs such as 'nats://host:4222,tls://host2:4222'.",
+               "NATS server URLs, comma-separated.", parse_servers),
+    OptionSpec("user", None, "Expected a non-empty user name.", "User name (with `password`).", parse_text),
+    OptionSpec("password", None, "Expected a non-empty password.", "Password (with `user`). Redacted everywhere.", parse_secret, secret=True),
+    OptionSpec("token", None, "Expected a non-empty token.", "Authentication token. Redacted everywhere.", parse_secret, secret=True),
+    OptionSpec("credsFile", None, _FILE, "Path of a `.creds` file (JWT and NKey seed, operator mode).", parse_existing_file),
+    OptionSpec("nkeySeedFile", None, _FILE, "Path of a file holding an NKey user seed.", parse_existing_file),
+    OptionSpec("tlsCaFile", None, _FILE, "CA certificate (PEM) to verify the servers.", parse_existing_file),
+    OptionSpec("tlsCertFile", None, _FILE, "Client certificate (PEM) for mutual TLS (with `tlsKeyFile`).", parse_existing_file),
+    OptionSpec("tlsKeyFile", None, _FILE, "Client private key (PEM) for mutual TLS (with `tlsCertFile`).", parse_existing_file),
+    OptionSpec("connectTimeout", "10s", "Expected a duration of at least 1s, such as '10s'.",
+               "How long to wait for a connection to the servers.", parse_duration_seconds(1.0)),
+)
+
+SINK_OPTIONS: tuple[OptionSpec, ...] = (
+    OptionSpec("stream", None, "Expected a stream name without whitespace, '.', '*', '>', '/' or '\\'.",
+               "Target stream. When set, every publish carries `Nats-Expected-Stream` and the stream is checked "
+               "at query start (see `ensureStream`).", parse_stream_name),
+    OptionSpec("subject", None, "Expected a publish subject without wildcards or whitespace, such as 'orders.new'.",
+               "Subject for rows without a `subject` column (or whose `subject` is null).", parse_subject),
+    OptionSpec("defaultTtl", None, ALLOWED_TTL,
+               "TTL for rows whose `ttl` is null; a row's own `ttl` overrides it.", parse_ttl_option),
+    OptionSpec("preserveExpiry", "false", "Expected 'true' or 'false'.",
+               "Take each row's TTL from `expires_at` (remaining lifetime, rounded up to whole seconds); "
+               "rows already expired are counted and not published.", parse_bool),
+    OptionSpec("ensureStream", "validate", "Expected one of 'validate', 'create', 'update'.",
+               "`validate`: the stream must exist and allow TTLs when rows can carry one; `create`: create it "
+               "when missing; `update`: also enable AllowMsgTTL / set SubjectDeleteMarkerTTL on an existing stream.",
+               parse_choice("validate", "create", "update")),
+    OptionSpec("idempotent", "true", "Expected 'true' or 'false'.",
+               "Give rows without `msg_id` a deterministic `Nats-Msg-Id` (query id, batch id, partition, row) "
+               "so that retries and restarts are de-duplicated by the server.", parse_bool),
+    OptionSpec("maxPendingAcks", "4096", "Expected an integer from 1 to 1000000.",
+               "How many publishes may await their PubAck at once.", parse_int_range(1, 1_000_000)),
+    OptionSpec("ackTimeout", "30s", "Expected a duration of at least 1s, such as '30s'.",
+               "Fail the task when no PubAck arrives for this long while publishes are outstanding.",
+               parse_duration_seconds(1.0)),
+    OptionSpec("deadLetterSubject", None, "Expected a publish subject without wildcards, captured by a stream.",
+               "Rows rejected by the server or by client-side validation are published here (original subject "
+               "and data, headers naming the error) instead of failing the write.", parse_subject),
+    OptionSpec("allowRollup", "false", "Expected 'true' or 'false'.",
+               "Allow a `Nats-Rollup` header in the `headers` column (it purges other messages).", parse_bool),
+    OptionSpec("stream.subjects", None, "Expected comma-separated subjects, wildcards allowed, such as 'orders.>'.",
+               "Subjects of a stream created by `ensureStream=create` (default: the `subject` option).",
+               parse_subject_filters),
+    OptionSpec("stream.storage", "file", "Expected 'file' or 'memory'.",
+               "Storage of a created stream.", parse_choice("file", "memory")),
+    OptionSpec("stream.replicas", "1", "Expected an integer from 1 to 5.",
+               "Replicas of a created stream.", parse_int_range(1, 5)),
+    OptionSpec("stream.maxAge", "0", "Expected a duration such as '24h', or 0 for unlimited.",
+               "MaxAge of a created stream.", parse_duration_seconds(0.0)),
+    OptionSpec("stream.maxMsgsPerSubject", "-1", "Expected an integer >= -1 (-1 for unlimited).",
+               "MaxMsgsPerSubject of a created stream.", parse_int_range(-1)),
+    OptionSpec("stream.duplicateWindow", "2m", "Expected a duration of at least 1s, such as '2m'.",
+               "Duplicate window of a created stream: how long `Nats-Msg-Id` de-duplication lasts.",
+               parse_duration_seconds(1.0)),
+    OptionSpec("stream.subjectDeleteMarkerTtl", None, "Expected a duration of at least 1s, such as '15m' (ADR-43 minimum).",
+               "SubjectDeleteMarkerTTL for `create`/`update`: the server places a `MaxAge` marker when the last "
+               "message of a subject expires.", parse_duration_seconds(1.0)),
+)
+
+
+def _spec_index(specs: Iterable[OptionSpec]) -> dict[str, OptionSpec]:
+    return {spec.name.lower(): spec for spec in specs}
+
+
+def parse_table(
+    raw: Mapping[str, str],
+    specs: tuple[OptionSpec, ...],
+    *,
+    direction: str,
+    other_direction: Iterable[OptionSpec] = (),
+) -> dict[str, Any]:
+    """Steps 1 and 3: typed values for every known key (defaults filled in), unknown keys refused."""
+    index = _spec_index(specs)
+    other = _spec_index(other_direction)
+    values: dict[str, Any] = {}
+    for key, value in raw.items():
+        lowered = key.lower()
+        if lowered in SPARK_OWNED_KEYS:
+            continue
+        spec = index.get(lowered)
+        if spec is None:
+            if lowered in other:
+                raise OptionError(other[lowered].name, value, f"This option does not apply when {direction}.")
+            names = [s.name for s in specs]
+            close = difflib.get_close_matches(key, names, n=1, cutoff=0.6) or difflib.get_close_matches(
+                lowered, [n.lower() for n in names], n=1, cutoff=0.6
+            )
+            hint = f" Did you mean '{index[close[0].lower()].name}'?" if close else ""
+            raise OptionError(key, value, f"Unknown option when {direction}.{hint} Known options: {', '.join(names)}.")
+        values[spec.name] = _parse_one(spec, value)
+    for spec in specs:
+        if spec.name not in values:
+            values[spec.name] = None if spec.default is None else _parse_one(spec, spec.default)
+    return values
+
+
+def _parse_one(spec: OptionSpec, value: object) -> Any:
+    shown = Secret(str(value)) if spec.secret else value
+    if not isinstance(value, str):
+        raise OptionError(spec.name, shown, spec.allowed)
+    try:
+        return spec.parse(value)
+    except (ValueError, OverflowError):
+        raise OptionError(spec.name, shown, spec.allowed) from None
+
+
+# ---------------------------------------------------------------- parsed options
+
+
+@dataclass(frozen=True)
+class ConnectionOptions:
+    """Everything needed to open a connection; hashable so connections can be cached by it."""
+
+    servers: tuple[str, ...]
+    user: str | None = None
+    password: Secret | None = None
+    token: Secret | None = None
+    creds_file: str | None = None
+    nkey_seed_file: str | None = None
+    tls_ca_file: str | None = None
+    tls_cert_file: str | None = None
+    tls_key_file: str | None = None
+    connect_timeout: float = 10.0
+
+
+@dataclass(frozen=True)
+class StreamSettings:
+    """Settings for a stream the sink creates or updates (``stream.*`` options)."""
+
+    subjects: tuple[str, ...] | None
+    storage: str
+    replicas: int
+    max_age: float
+    max_msgs_per_subject: int
+    duplicate_window: float
+    subject_delete_marker_ttl: float | None
+
+
+@dataclass(frozen=True)
+class SinkOptions:
+    connection: ConnectionOptions
+    stream: str | None
+    subject: str | None
+    default_ttl: str | None
+    default_ttl_set: bool
+    preserve_expiry: bool
+    ensure_stream: str
+    idempotent: bool
+    max_pending_acks: int
+    ack_timeout: float
+    dead_letter_subject: str | None
+    allow_rollup: bool
+    stream_settings: StreamSettings
+
+
+def _connection_from(values: Mapping[str, Any]) -> ConnectionOptions:
+    if (values["user"] is None) != (values["password"] is None):
+        missing = "password" if values["password"] is None else "user"
+        raise OptionError(missing, None, "Options 'user' and 'password' must be set together.")
+    methods = [
+        name
+        for name, present in (
+            ("user/password", values["user"] is not None),
+            ("token", values["token"] is not None),
+            ("credsFile", values["credsFile"] is not None),
+            ("nkeySeedFile", values["nkeySeedFile"] is not None),
+        )
+        if present
+    ]
+    if len(methods) > 1:
+        raise OptionError(methods[1], "<set>", f"Choose one authentication method; got {' and '.join(methods)}.")
+    if (values["tlsCertFile"] is None) != (values["tlsKeyFile"] is None):
+        missing = "tlsKeyFile" if values["tlsKeyFile"] is None else "tlsCertFile"
+        raise OptionError(missing, None, "Options 'tlsCertFile' and 'tlsKeyFile' must be set together.")
+    return ConnectionOptions(
+        servers=values["servers"],
+        user=values["user"],
+        password=values["password"],
+        token=values["token"],
+        creds_file=values["credsFile"],
+        nkey_seed_file=values["nkeySeedFile"],
+        tls_ca_file=values["tlsCaFile"],
+        tls_cert_file=values["tlsCertFile"],
+        tls_key_file=values["tlsKeyFile"],
+        connect_timeout=values["connectTimeout"],
+    )
+
+
+def parse_sink_options(raw: Mapping[str, str], *, source_specs: Iterable[OptionSpec] = ()) -> SinkOptions:
+    values = parse_table(
+        raw, CONNECTION_OPTIONS + SINK_OPTIONS, direction="writing", other_direction=source_specs
+    )
+    connection = _connection_from(values)
+    ensure = values["ensureStream"]
+    if ensure in ("create", "update") and values["stream"] is None:
+        raise OptionError("stream", None, f"ensureStream={ensure!r} needs the target stream's name in option 'stream'.")
+    settings = StreamSettings(
+        subjects=values["stream.subjects"],
+        storage=values["stream.storage"],
+        replicas=values["stream.replicas"],
+        max_age=values["stream.maxAge"],
+        max_msgs_per_subject=values["stream.maxMsgsPerSubject"],
+        duplicate_window=values["stream.duplicateWindow"],
+        subject_delete_marker_ttl=values["stream.subjectDeleteMarkerTtl"],
+    )
+    if ensure == "create" and settings.subjects is None and values["subject"] is None:
+        raise OptionError(
+            "stream.subjects", None, "ensureStream='create' needs the subjects of the new stream, e.g. 'orders.>'."
+        )
+    if (
+        values["deadLetterSubject"] is not None
+        and values["subject"] is not None
+        and values["deadLetterSubject"] == values["subject"]
+    ):
+        raise OptionError("deadLetterSubject", values["deadLetterSubject"], "It must differ from option 'subject'.")
+    default_ttl_given = any(k.lower() == "defaultttl" for k in raw)
+    return SinkOptions(
+        connection=connection,
+        stream=values["stream"],
+        subject=values["subject"],
+        default_ttl=values["defaultTtl"],
+        default_ttl_set=default_ttl_given,
+        preserve_expiry=values["preserveExpiry"],
+        ensure_stream=ensure,
+        idempotent=values["idempotent"],
+        max_pending_acks=values["maxPendingAcks"],
+        ack_timeout=values["ackTimeout"],
+        dead_letter_subject=values["deadLetterSubject"],
+        allow_rollup=values["allowRollup"],
+        stream_settings=settings,
+    )

@@ -1,0 +1,152 @@
+"""Pipelined JetStream publishing with every PubAck awaited.
+
+One wildcard subscription ``<inbox>.*`` receives the PubAcks; each frame's reply
+subject is ``<inbox>.<position>``, so an ack names the row it answers without
+any per-message future. At most ``max_pending`` frames are unacknowledged at
+once (the window); frames go into nats-py's write buffer in chunks, which is
+what makes this about twice as fast as ``js.publish_async`` (issue #2's probe).
+
+This module is the only one that touches nats-py internals (``_send_command``
+and ``_flush_pending``, present throughout nats-py 2.x): the public ``publish``
+cannot send multi-valued headers and costs a coroutine call per message.
+
+Model: Spark's ``KafkaWriteTask``: bounded in-flight sends, keep the first
+failure, flush and re-check at the end, always close.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from dataclasses import dataclass
+
+from .errors import AckTimeoutError, JetStreamConnectorError
+
+DEAD_LETTER_TAG = "d"
+"""Reply-token prefix that marks a dead-letter publish (``<inbox>.d<position>``)."""
+
+
+@dataclass(frozen=True)
+class AckFailure:
+    """A publish the server did not store."""
+
+    position: int
+    frame: bytes
+    code: int
+    err_code: int | None
+    description: str
+    dead_letter: bool
+
+
+class Publisher:
+    def __init__(self, nc, *, max_pending: int, ack_timeout: float) -> None:
+        self._nc = nc
+        self._max_pending = max_pending
+        self._low_water = max(max_pending // 2, 1)
+        self._ack_timeout = ack_timeout
+        self._inflight: dict[str, bytes] = {}
+        self._room = asyncio.Event()
+        self._room.set()
+        self._done = asyncio.Event()
+        self._done.set()
+        self._last_progress = time.monotonic()
+        self.failures: list[AckFailure] = []
+        self.stored = 0
+        self.duplicates = 0
+        self.dead_lettered = 0
+        self._sub = None
+        self.reply_prefix = ""
+
+    async def start(self) -> Publisher:
+        inbox = self._nc.new_inbox()
+        self.reply_prefix = inbox + "."
+        self._prefix_len = len(self.reply_prefix)
+        self._sub = await self._nc.subscribe(
+            inbox + ".*", cb=self._on_ack, pending_msgs_limit=-1, pending_bytes_limit=-1
+        )
+        return self
+
+    async def _on_ack(self, msg) -> None:
+        token = msg.subject[self._prefix_len :]
+        frame = self._inflight.pop(token, None)
+        if frame is None:
+            return  # a late or repeated reply for a frame already settled
+        self._last_progress = time.monotonic()
+        data = msg.data
+        dead_letter = token.startswith(DEAD_LETTER_TAG)
+        if not data:
+            status = (msg.headers or {}).get("Status", "") if msg.headers else ""
+            code = int(status) if str(status).isdigit() else 0
+            description = "no stream captures this subject (no responders)" if code == 503 else f"status {status}"
+            self._fail(token, frame, code, None, description, dead_letter)
+        elif b'"error"' in data:
+            error = json.loads(data).get("error") or {}
+            self._fail(token, frame, int(error.get("code", 0)), error.get("err_code"), error.get("description", ""), dead_letter)
+        elif dead_letter:
+            self.dead_lettered += 1
+        elif b'"duplicate":true' in data:
+            self.duplicates += 1
+        else:
+            self.stored += 1
+        inflight = len(self._inflight)
+        if inflight <= self._low_water:
+            self._room.set()
+        if inflight == 0:
+            self._done.set()
+
+    def _fail(self, token: str, frame: bytes, code: int, err_code, description: str, dead_letter: bool) -> None:
+        position = int(token[1:] if dead_letter else token)
+        self.failures.append(AckFailure(position, frame, code, err_code, description, dead_letter))
+
+    async def _wait(self, event: asyncio.Event, what: str) -> None:
+        while not event.is_set():
+            try:
+                await asyncio.wait_for(event.wait(), timeout=1.0)
+            except asyncio.TimeoutError:
+                idle = time.monotonic() - self._last_progress
+                if idle >= self._ack_timeout and not event.is_set():
+                    first = min(self._inflight, key=lambda t: int(t.lstrip(DEAD_LETTER_TAG)), default="?")
+                    raise AckTimeoutError(
+                        f"No PubAck for {idle:.0f}s while {len(self._inflight)} publishes awaited one ({what}); "
+                        f"the first is row {first.lstrip(DEAD_LETTER_TAG)}. The server may be down or overloaded; "
+                        "raise the option 'ackTimeout' if it is only slow."
+                    ) from None
+
+    async def publish(self, frames: list[tuple[int, bytes]], *, dead_letter: bool = False) -> None:
+        """Hand ``frames`` to the connection, never exceeding the window of pending acks."""
+        if self._nc.is_closed:
+            raise JetStreamConnectorError("The NATS connection was closed while publishing.")
+        tag = DEAD_LETTER_TAG if dead_letter else ""
+        inflight = self._inflight
+        i, total = 0, len(frames)
+        while i < total:
+            room = self._max_pending - len(inflight)
+            if room <= 0:
+                self._room.clear()
+                if len(inflight) > self._low_water:
+                    self._last_progress = time.monotonic()
+                    await self._wait(self._room, "window full")
+                continue
+            chunk = frames[i : i + room]
+            i += len(chunk)
+            for position, frame in chunk:
+                inflight[f"{tag}{position}"] = frame
+            self._done.clear()
+            await self._nc._send_command(b"".join(frame for _, frame in chunk))
+            await self._nc._flush_pending()
+
+    async def drain(self) -> None:
+        """Wait until every published frame has its PubAck (or ``ackTimeout`` passes without progress)."""
+        self._last_progress = time.monotonic()
+        if self._inflight:
+            self._done.clear()
+            await self._wait(self._done, "end of partition")
+
+    async def close(self) -> None:
+        if self._sub is not None:
+            try:
+                await self._sub.unsubscribe()
+            except Exception:  # the connection may already be gone; nothing left to release
+                pass
+            self._sub = None

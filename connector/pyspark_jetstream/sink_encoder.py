@@ -1,0 +1,336 @@
+"""Turning the sink's input rows into NATS ``HPUB`` frames, free of I/O.
+
+:func:`layout_from_schema` checks the DataFrame's columns once on the driver;
+:class:`BatchEncoder` then turns each Arrow ``RecordBatch`` into ready-to-send
+frames, one per row, plus the rows it refused and the rows already expired.
+Per-row work is kept to string building: columns are materialised once per
+batch and validated subjects are cached, because subjects repeat.
+
+Header precedence per row (each is validated like the column it stands for):
+
+* TTL: ``expires_at`` (with ``preserveExpiry``) > ``ttl`` column > a ``Nats-TTL``
+  entry in ``headers`` > option ``defaultTtl``. A zero TTL means no header.
+* Msg id: ``msg_id`` column > a ``Nats-Msg-Id`` entry in ``headers`` > the
+  deterministic id (option ``idempotent``).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from . import headers as hdrs
+from .errors import SchemaError
+from .ttl import InvalidTtl, remaining_ttl_seconds, resolve_ttl
+
+INPUT_COLUMNS = ("subject", "data", "headers", "ttl", "expires_at", "msg_id")
+"""Columns the sink publishes from (names matched case-insensitively)."""
+
+SOURCE_ONLY_COLUMNS = ("stream", "seq", "timestamp", "marker_reason")
+"""Columns the source produces and the sink ignores, so a read DataFrame can be written back."""
+
+_SUBJECT_BAD = re.compile(r"\s|(^|\.)[*>](\.|$)|^\.|\.\.|\.$")
+_MAX_SHOWN = 120
+
+
+@dataclass(frozen=True)
+class InputLayout:
+    """Which input columns exist (by their name in the DataFrame) and how to read them."""
+
+    subject: str | None = None
+    data: str = "data"
+    data_is_binary: bool = True
+    headers: str | None = None
+    headers_multi: bool = False
+    ttl: str | None = None
+    expires_at: str | None = None
+    msg_id: str | None = None
+
+    @property
+    def can_carry_ttl(self) -> bool:
+        return self.ttl is not None
+
+
+def layout_from_schema(schema: Any, *, has_default_subject: bool) -> InputLayout:
+    """Check a Spark ``StructType`` against the sink's input contract."""
+    from pyspark.sql.types import (
+        ArrayType,
+        BinaryType,
+        IntegerType,
+        LongType,
+        MapType,
+        ShortType,
+        StringType,
+        TimestampNTZType,
+        TimestampType,
+    )
+
+    by_name: dict[str, Any] = {}
+    for fld in schema.fields:
+        lowered = fld.name.lower()
+        if lowered in by_name:
+            raise SchemaError(f"Columns '{by_name[lowered].name}' and '{fld.name}' differ only in case; keep one.")
+        by_name[lowered] = fld
+    unknown = [f.name for f in schema.fields if f.name.lower() not in INPUT_COLUMNS + SOURCE_ONLY_COLUMNS]
+    if unknown:
+        raise SchemaError(
+            f"Unknown column(s) {', '.join(repr(u) for u in unknown)} for the JetStream sink. Accepted columns: "
+            f"{', '.join(INPUT_COLUMNS)} (and, ignored, {', '.join(SOURCE_ONLY_COLUMNS)}). Select or rename columns "
+            "before writing."
+        )
+
+    def bad_type(name: str, want: str) -> SchemaError:
+        return SchemaError(f"Column '{by_name[name].name}' has type {by_name[name].dataType.simpleString()}; expected {want}.")
+
+    if "data" not in by_name:
+        raise SchemaError("The JetStream sink needs a 'data' column (binary or string; null means an empty payload).")
+    data = by_name["data"]
+    if not isinstance(data.dataType, (BinaryType, StringType)):
+        raise bad_type("data", "binary or string")
+
+    subject = by_name.get("subject")
+    if subject is not None and not isinstance(subject.dataType, StringType):
+        raise bad_type("subject", "string")
+    if subject is None and not has_default_subject:
+        raise SchemaError("Rows need a subject: add a 'subject' column (string) or set the option 'subject'.")
+
+    headers = by_name.get("headers")
+    multi = False
+    if headers is not None:
+        t = headers.dataType
+        ok_key = isinstance(t, MapType) and isinstance(t.keyType, StringType)
+        if ok_key and isinstance(t.valueType, StringType):
+            multi = False
+        elif ok_key and isinstance(t.valueType, ArrayType) and isinstance(t.valueType.elementType, StringType):
+            multi = True
+        else:
+            raise bad_type("headers", "map<string,string> or map<string,array<string>>")
+
+    ttl = by_name.get("ttl")
+    if ttl is not None and not isinstance(ttl.dataType, (StringType, IntegerType, LongType, ShortType)):
+        raise bad_type("ttl", "string or integer")
+    expires_at = by_name.get("expires_at")
+    if expires_at is not None and not isinstance(expires_at.dataType, (TimestampType, TimestampNTZType)):
+        raise bad_type("expires_at", "timestamp")
+    msg_id = by_name.get("msg_id")
+    if msg_id is not None and not isinstance(msg_id.dataType, StringType):
+        raise bad_type("msg_id", "string")
+
+    return InputLayout(
+        subject=subject.name if subject is not None else None,
+        data=data.name,
+        data_is_binary=isinstance(data.dataType, BinaryType),
+        headers=headers.name if headers is not None else None,
+        headers_multi=multi,
+        ttl=ttl.name if ttl is not None else None,
+        expires_at=expires_at.name if expires_at is not None else None,
+        msg_id=msg_id.name if msg_id is not None else None,
+    )
+
+
+@dataclass(frozen=True)
+class EncoderConfig:
+    default_subject: str | None
+    default_ttl: str | None  # already resolved header value, None for no TTL
+    preserve_expiry: bool
+    expected_stream: str | None
+    allow_rollup: bool
+    max_payload: int
+
+
+@dataclass(frozen=True)
+class RowRejection:
+    """A row the connector refused before publishing (or the server refused)."""
+
+    position: int
+    subject: str | None
+    reason: str
+    column: str | None = None
+    value: Any = None
+    err_code: int | None = None
+    payload: bytes = b""
+    ttl: str | None = None
+
+
+@dataclass
+class EncodedBatch:
+    frames: list[tuple[int, bytes]] = field(default_factory=list)
+    rejected: list[RowRejection] = field(default_factory=list)
+    expired: int = 0
+
+
+def shown(value: Any) -> Any:
+    """A value as it may appear in an error message: bounded in length."""
+    text = repr(value)
+    return value if len(text) <= _MAX_SHOWN else text[:_MAX_SHOWN] + "...'"
+
+
+def hpub_frame(subject: str, reply: str, header_block: bytes, payload: bytes) -> bytes:
+    hlen = len(header_block)
+    return b"".join(
+        (f"HPUB {subject} {reply} {hlen} {hlen + len(payload)}\r\n".encode(), header_block, payload, b"\r\n")
+    )
+
+
+def parse_hpub_frame(frame: bytes) -> tuple[str, bytes, bytes]:
+    """(subject, header block, payload) of a frame made by :func:`hpub_frame` (error paths only)."""
+    line, _, rest = frame.partition(b"\r\n")
+    parts = line.decode().split(" ")
+    subject, hlen, tlen = parts[1], int(parts[3]), int(parts[4])
+    return subject, rest[:hlen], rest[hlen:tlen]
+
+
+class BatchEncoder:
+    """Encodes the rows of one Spark partition, batch after batch."""
+
+    def __init__(self, layout: InputLayout, config: EncoderConfig, msg_id_prefix: str | None) -> None:
+        self.layout = layout
+        self.config = config
+        self.msg_id_prefix = msg_id_prefix
+        self._valid_subjects: dict[str, bool] = {}
+        stream = config.expected_stream
+        self._tail = f"{hdrs.EXPECTED_STREAM}: {stream}\r\n\r\n" if stream else "\r\n"
+
+    def _subject_ok(self, subject: str) -> bool:
+        ok = self._valid_subjects.get(subject)
+        if ok is None:
+            ok = bool(subject) and not _SUBJECT_BAD.search(subject)
+            if len(self._valid_subjects) < 100_000:
+                self._valid_subjects[subject] = ok
+        return ok
+
+    @staticmethod
+    def _column(batch: Any, name: str | None, n: int) -> Sequence[Any]:
+        if name is None:
+            return [None] * n
+        return batch.column(batch.schema.get_field_index(name)).to_pylist()
+
+    def encode(self, batch: Any, first_position: int, reply_prefix: str, now: dt.datetime | None = None) -> EncodedBatch:
+        lay, cfg = self.layout, self.config
+        n = batch.num_rows
+        out = EncodedBatch()
+        subjects = self._column(batch, lay.subject, n)
+        datas = self._column(batch, lay.data, n)
+        headers_col = self._column(batch, lay.headers, n)
+        ttls = self._column(batch, lay.ttl, n)
+        expires = self._column(batch, lay.expires_at, n) if cfg.preserve_expiry else [None] * n
+        msg_ids = self._column(batch, lay.msg_id, n)
+        if cfg.preserve_expiry and now is None:
+            now = dt.datetime.now(dt.timezone.utc)
+        binary = lay.data_is_binary
+        default_subject = cfg.default_subject
+        default_ttl = cfg.default_ttl
+        prefix = self.msg_id_prefix
+        tail = self._tail
+        max_payload = cfg.max_payload
+        frames = out.frames
+        reject = out.rejected.append
+
+        for i in range(n):
+            pos = first_position + i
+            subject = subjects[i] or default_subject
+            data = datas[i]
+            payload = b"" if data is None else (data if binary else data.encode())
+            if subject is None:
+                reject(RowRejection(pos, None, "the row has no subject and the option 'subject' is not set",
+                                    "subject", None, payload=payload))
+                continue
+            if not self._subject_ok(subject):
+                reject(RowRejection(pos, subject, "not a valid publish subject (empty, whitespace, wildcard "
+                                    "or empty token)", "subject", shown(subject), payload=payload))
+                continue
+
+            user_pairs: list[tuple[str, str]] = []
+            header_ttl = header_msg_id = None
+            row_headers = headers_col[i]
+            if row_headers:
+                try:
+                    header_ttl, header_msg_id = self._user_headers(row_headers, user_pairs)
+                except (hdrs.InvalidHeader, InvalidTtl) as exc:
+                    reject(RowRejection(pos, subject, str(exc), "headers", shown(row_headers), payload=payload))
+                    continue
+
+            # TTL, by precedence (module docstring).
+            ttl_value: Any = None
+            ttl_column = "ttl"
+            expiry = expires[i]
+            if expiry is not None:
+                if expiry.tzinfo is None:
+                    expiry = expiry.replace(tzinfo=dt.timezone.utc)
+                left = remaining_ttl_seconds(expiry, now)
+                if left <= 0:
+                    out.expired += 1
+                    continue
+                ttl_header: str | None = str(left)
+            else:
+                if ttls[i] is not None:
+                    ttl_value = ttls[i]
+                elif header_ttl is not None:
+                    ttl_value, ttl_column = header_ttl, "headers"
+                if ttl_value is None:
+                    ttl_header = default_ttl
+                else:
+                    try:
+                        ttl_header = resolve_ttl(ttl_value)
+                    except InvalidTtl as exc:
+                        reject(RowRejection(pos, subject, f"{exc.reason}. Allowed: whole seconds, a Go duration "
+                                            "of at least 1s ('90s', '1h30m'), 'never', or 0 for none",
+                                            ttl_column, shown(ttl_value), payload=payload))
+                        continue
+
+            msg_id = msg_ids[i] or header_msg_id
+            if msg_id is None and prefix is not None:
+                msg_id = prefix + str(pos)
+            elif msg_id is not None and ("\r" in msg_id or "\n" in msg_id):
+                reject(RowRejection(pos, subject, "msg_id contains CR or LF", "msg_id", shown(msg_id), payload=payload))
+                continue
+
+            head = "NATS/1.0\r\n"
+            if msg_id:
+                head += f"Nats-Msg-Id: {msg_id}\r\n"
+            if ttl_header is not None:
+                head += f"Nats-TTL: {ttl_header}\r\n"
+            for name, value in user_pairs:
+                head += f"{name}: {value}\r\n"
+            block = (head + tail).encode()
+            hlen = len(block)
+            total = hlen + len(payload)
+            if total > max_payload:
+                reject(RowRejection(pos, subject, f"the message is {total} bytes (headers and data), more than the "
+                                    f"server's max_payload of {max_payload}", "data", f"<{len(payload)} bytes>",
+                                    payload=payload))
+                continue
+            frames.append((pos, b"".join((
+                f"HPUB {subject} {reply_prefix}{pos} {hlen} {total}\r\n".encode(), block, payload, b"\r\n"))))
+        return out
+
+    def _user_headers(self, row_headers: list[tuple[str, Any]], pairs: list[tuple[str, str]]) -> tuple[Any, Any]:
+        ttl = msg_id = None
+        allow_rollup = self.config.allow_rollup
+        for name, value in row_headers:
+            lowered = name.lower() if isinstance(name, str) else None
+            values = value if self.layout.headers_multi else [value]
+            if values is None:
+                continue
+            if lowered == "nats-ttl":
+                ttl = _single(name, values)
+                continue
+            if lowered == "nats-msg-id":
+                msg_id = hdrs.check_header_value(name, _single(name, values))
+                continue
+            hdrs.check_header_name(name, allow_rollup=allow_rollup)
+            for v in values:
+                if v is None:
+                    continue
+                pairs.append((name, hdrs.check_header_value(name, v)))
+        return ttl, msg_id
+
+
+def _single(name: str, values: list[Any]) -> Any:
+    present = [v for v in values if v is not None]
+    if len(present) > 1:
+        raise hdrs.InvalidHeader(f"header {name!r} has {len(present)} values; it takes one")
+    return present[0] if present else None

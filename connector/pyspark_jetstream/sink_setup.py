@@ -1,0 +1,50 @@
+"""Driver-side preparation of a write: everything checked before a row is published."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping
+from typing import Any
+
+from . import runtime, stream_admin
+from .errors import JetStreamConnectorError, OptionError
+from .options import parse_sink_options
+from .sink_encoder import EncoderConfig, layout_from_schema
+from .writer import SinkPlan
+
+
+def plan_sink(raw_options: Mapping[str, str], schema: Any, *, overwrite: bool, streaming: bool) -> SinkPlan:
+    """Parse options, check the columns and the stream (creating or updating it per
+    ``ensureStream``); raises before the query runs when anything is off."""
+    if overwrite:
+        raise JetStreamConnectorError(
+            "The JetStream sink only appends: a stream cannot be overwritten by a write. "
+            "Use mode('append') (or outputMode('append') for streaming)."
+        )
+    opts = parse_sink_options(raw_options)
+    layout = layout_from_schema(schema, has_default_subject=opts.subject is not None)
+    if opts.preserve_expiry and layout.expires_at is None:
+        raise OptionError("preserveExpiry", "true", "It needs an 'expires_at' timestamp column; add one or set it to false.")
+    needs_ttl = layout.can_carry_ttl or opts.default_ttl is not None or opts.preserve_expiry
+
+    async def check() -> int:
+        nc = await runtime.connection(opts.connection)
+        if opts.stream is not None:
+            await stream_admin.ensure_stream(nc, opts, needs_ttl)
+        elif opts.subject is not None and needs_ttl:
+            await stream_admin.check_capturing_stream(nc, opts.subject)
+        if opts.dead_letter_subject is not None:
+            await stream_admin.check_dead_letter_subject(nc, opts.dead_letter_subject)
+        return nc.max_payload
+
+    max_payload = runtime.run(check(), timeout=opts.connection.connect_timeout * 3 + 30)
+    encoder = EncoderConfig(
+        default_subject=opts.subject,
+        default_ttl=opts.default_ttl,
+        preserve_expiry=opts.preserve_expiry,
+        expected_stream=opts.stream,
+        allow_rollup=opts.allow_rollup,
+        max_payload=max_payload,
+    )
+    run_id = None if streaming else f"w{uuid.uuid4().hex}"
+    return SinkPlan(options=opts, layout=layout, encoder=encoder, run_id=run_id)

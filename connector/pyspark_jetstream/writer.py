@@ -1,0 +1,224 @@
+"""The Spark-facing sink: thin writer classes around :func:`write_partition`.
+
+Everything decided once per query (options, input layout, stream checks, the
+server's max_payload) is in :class:`SinkPlan`, made on the driver and pickled
+to the executors. A task turns its Arrow batches into frames (sink_encoder),
+publishes them through a :class:`~pyspark_jetstream.publisher.Publisher` and
+returns a :class:`SinkCommitMessage` with its counts, which the driver logs.
+
+Exactly-once: each row without its own ``msg_id`` gets ``Nats-Msg-Id =
+<run>:<partition>:<position>``, where ``<run>`` is ``<queryId>:<batchId>`` for
+a streaming micro-batch (the query id survives restarts from a checkpoint) and
+a driver-made id for a batch write. A retried task or a replayed micro-batch
+therefore publishes the same ids, and the server drops the copies that arrive
+within the stream's duplicate window.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from pyspark.sql.datasource import (
+    DataSourceArrowWriter,
+    DataSourceStreamArrowWriter,
+    WriterCommitMessage,
+)
+
+from . import headers as hdrs
+from . import runtime
+from .errors import PublishError
+from .options import SinkOptions
+from .sink_encoder import EncoderConfig, InputLayout, RowRejection
+
+log = logging.getLogger("pyspark_jetstream.sink")
+
+DLQ_ERROR = "Spark-JetStream-Error"
+DLQ_ERR_CODE = "Spark-JetStream-Err-Code"
+DLQ_SUBJECT = "Spark-JetStream-Original-Subject"
+DLQ_ROW = "Spark-JetStream-Row"
+DLQ_TTL = "Spark-JetStream-Original-TTL"
+"""Headers of a dead-lettered row: why it was rejected and where it was going."""
+
+_DLQ_DROPPED = {hdrs.TTL.lower(), hdrs.MSG_ID.lower(), hdrs.EXPECTED_STREAM.lower()}
+
+
+@dataclass(frozen=True)
+class SinkPlan:
+    options: SinkOptions
+    layout: InputLayout
+    encoder: EncoderConfig
+    run_id: str | None  # fixed on the driver for batch writes; None for streaming
+
+
+@dataclass
+class SinkCommitMessage(WriterCommitMessage):
+    partition: int = 0
+    published: int = 0
+    duplicates: int = 0
+    dead_lettered: int = 0
+    expired: int = 0
+
+
+def _escape(value: Any) -> str:
+    return str(value).replace("\r", "\\r").replace("\n", "\\n")
+
+
+def dead_letter_frame(rejection: RowRejection, dlq_subject: str, reply: str, partition: int,
+                      msg_id_prefix: str | None, original_headers: bytes = b"") -> bytes:
+    """A dead-letter message: the row's data, its valid headers, and headers naming the error."""
+    pairs: list[tuple[str, str]] = []
+    if original_headers:
+        _, parsed = hdrs.parse_block(original_headers)
+        for name, values in parsed.items():
+            if name.lower() not in _DLQ_DROPPED:
+                pairs.extend((name, v) for v in values)
+    if msg_id_prefix is not None:
+        pairs.append((hdrs.MSG_ID, f"{msg_id_prefix}dlq.{rejection.position}"))
+    pairs += [
+        (DLQ_ERROR, _escape(rejection.reason)),
+        (DLQ_ERR_CODE, str(rejection.err_code) if rejection.err_code is not None else "client"),
+        (DLQ_SUBJECT, _escape(rejection.subject)),
+        (DLQ_ROW, f"{partition}:{rejection.position}"),
+    ]
+    if rejection.ttl is not None:
+        pairs.append((DLQ_TTL, _escape(rejection.ttl)))
+    block = hdrs.encode_block(pairs)
+    hlen = len(block)
+    return b"".join((f"HPUB {dlq_subject} {reply} {hlen} {hlen + len(rejection.payload)}\r\n".encode(),
+                     block, rejection.payload, b"\r\n"))
+
+
+def _task_identity(plan: SinkPlan) -> tuple[int, str | None]:
+    """(partition id, msg-id prefix) for the running task."""
+    from pyspark import TaskContext
+
+    ctx = TaskContext.get()
+    partition = ctx.partitionId() if ctx is not None else 0
+    if not plan.options.idempotent:
+        return partition, None
+    run_id = plan.run_id
+    if run_id is None:
+        query_id = ctx.getLocalProperty("sql.streaming.queryId") if ctx is not None else None
+        batch_id = ctx.getLocalProperty("streaming.sql.batchId") if ctx is not None else None
+        run_id = f"{query_id}:{batch_id}"
+    return partition, f"{run_id}:{partition}:"
+
+
+def write_partition(plan: SinkPlan, batches: Iterable[Any]) -> SinkCommitMessage:
+    from .publisher import Publisher
+    from .sink_encoder import BatchEncoder, parse_hpub_frame
+
+    opts = plan.options
+    partition, msg_id_prefix = _task_identity(plan)
+    encoder = BatchEncoder(plan.layout, plan.encoder, msg_id_prefix)
+
+    async def open_publisher() -> Publisher:
+        nc = await runtime.connection(opts.connection)
+        return await Publisher(nc, max_pending=opts.max_pending_acks, ack_timeout=opts.ack_timeout).start()
+
+    async def take_failures(pub: Publisher) -> list:
+        taken, pub.failures = pub.failures, []
+        return taken
+
+    pub = runtime.run(open_publisher())
+    expired = 0
+
+    def divert(rejections: list[RowRejection], originals: dict[int, bytes] | None = None) -> None:
+        if opts.dead_letter_subject is None:
+            first = min(rejections, key=lambda r: r.position)
+            raise PublishError(subject=first.subject, position=first.position, partition=partition,
+                               reason=first.reason, err_code=first.err_code, value=first.value, column=first.column)
+        frames = [
+            (r.position, dead_letter_frame(r, opts.dead_letter_subject, f"{pub.reply_prefix}d{r.position}",
+                                           partition, msg_id_prefix, (originals or {}).get(r.position, b"")))
+            for r in rejections
+        ]
+        runtime.run(pub.publish(frames, dead_letter=True))
+
+    def settle_server_failures() -> None:
+        failures = runtime.run(take_failures(pub))
+        if not failures:
+            return
+        dead = [f for f in failures if f.dead_letter]
+        if dead:
+            f = dead[0]
+            raise PublishError(subject=opts.dead_letter_subject, position=f.position, partition=partition,
+                               reason=f"the dead-letter publish was rejected: {f.description}", err_code=f.err_code)
+        rejections, originals = [], {}
+        for f in failures:
+            subject, block, payload = parse_hpub_frame(f.frame)
+            _, parsed = hdrs.parse_block(block)
+            ttl = (parsed.get(hdrs.TTL) or [None])[0]
+            rejections.append(RowRejection(f.position, subject, f.description or f"status {f.code}",
+                                           err_code=f.err_code if f.err_code is not None else f.code,
+                                           payload=payload, ttl=ttl, value=ttl))
+            originals[f.position] = block
+        divert(rejections, originals)
+
+    try:
+        position = 0
+        for batch in batches:
+            encoded = encoder.encode(batch, position, pub.reply_prefix)
+            position += batch.num_rows
+            expired += encoded.expired
+            if encoded.rejected:
+                divert(encoded.rejected)
+            if encoded.frames:
+                runtime.run(pub.publish(encoded.frames))
+            settle_server_failures()
+        runtime.run(pub.drain())
+        settle_server_failures()
+        runtime.run(pub.drain())  # dead letters sent while settling
+        settle_server_failures()
+    finally:
+        runtime.run(pub.close())
+    message = SinkCommitMessage(partition=partition, published=pub.stored, duplicates=pub.duplicates,
+                                dead_lettered=pub.dead_lettered, expired=expired)
+    log.debug("JetStream sink task finished: %s", message)
+    return message
+
+
+def log_totals(messages: Iterable[Any], batch_id: int | None = None) -> dict[str, int]:
+    totals = {"published": 0, "duplicates": 0, "dead_lettered": 0, "expired": 0}
+    for m in messages:
+        if isinstance(m, SinkCommitMessage):
+            for key in totals:
+                totals[key] += getattr(m, key)
+    where = f"batch {batch_id}" if batch_id is not None else "write"
+    log.info(
+        "JetStream sink %s committed: %d published, %d duplicates dropped by the server, %d dead-lettered, "
+        "%d expired before publishing",
+        where, totals["published"], totals["duplicates"], totals["dead_lettered"], totals["expired"],
+    )
+    return totals
+
+
+class JetStreamBatchWriter(DataSourceArrowWriter):
+    def __init__(self, plan: SinkPlan) -> None:
+        self.plan = plan
+
+    def write(self, iterator: Iterator[Any]) -> SinkCommitMessage:
+        return write_partition(self.plan, iterator)
+
+    def commit(self, messages: list[Any]) -> None:
+        log_totals(messages)
+
+    def abort(self, messages: list[Any]) -> None:
+        log.warning("JetStream batch write aborted; rows already stored stay in the stream (ids are idempotent).")
+
+
+class JetStreamStreamWriter(DataSourceStreamArrowWriter):
+    def __init__(self, plan: SinkPlan) -> None:
+        self.plan = plan
+
+    def write(self, iterator: Iterator[Any]) -> SinkCommitMessage:
+        return write_partition(self.plan, iterator)
+
+    def commit(self, messages: list[Any], batchId: int) -> None:
+        log_totals(messages, batchId)
+
+    def abort(self, messages: list[Any], batchId: int) -> None:
+        log.warning("JetStream micro-batch %s aborted; its replay re-publishes the same msg ids.", batchId)

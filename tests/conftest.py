@@ -1,0 +1,60 @@
+"""Session fixtures: one real nats-server and one local SparkSession for the whole run."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import sys
+
+import pytest
+
+from pyspark_jetstream.server import EmbeddedNatsServer
+
+from .helpers import SyncNats
+
+# Spark's Python workers must run this interpreter (it has pyarrow and the connector).
+os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+# Bind Spark to loopback: tests talk only to this machine.
+os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+
+_names = itertools.count(1)
+
+
+@pytest.fixture(scope="session")
+def nats_server():
+    with EmbeddedNatsServer() as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def nats_client(nats_server):
+    client = SyncNats(nats_server.url)
+    yield client
+    client.close()
+
+
+@pytest.fixture(scope="session")
+def spark():
+    from pyspark.sql import SparkSession
+
+    session = (
+        SparkSession.builder.master("local[2]")
+        .appName("pyspark-jetstream-tests")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.default.parallelism", "2")
+        .config("spark.python.worker.reuse", "true")
+        .config("spark.sql.streaming.forceDeleteTempCheckpointLocation", "true")
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    yield session
+    session.stop()
+
+
+@pytest.fixture
+def stream_name(request):
+    """A stream name unique to the test, so tests never share state."""
+    base = "".join(ch for ch in request.node.name.upper() if ch.isalnum())[:40]
+    return f"T{next(_names)}_{base}"

@@ -1,0 +1,115 @@
+"""Test helpers: a synchronous NATS client for assertions, and condition waits."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import nats
+
+
+def wait_until(condition: Callable[[], Any], *, timeout: float = 30.0, interval: float = 0.05, what: str = "") -> Any:
+    """Poll ``condition`` until it returns something truthy; fail after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        result = condition()
+        if result:
+            return result
+        if time.monotonic() > deadline:
+            raise AssertionError(f"condition not met within {timeout}s: {what or condition}")
+        time.sleep(interval)
+
+
+@dataclass
+class StoredMessage:
+    subject: str
+    seq: int
+    data: bytes
+    headers: dict[str, list[str]]
+    time: str
+
+
+class SyncNats:
+    """A real nats-py connection driven from synchronous test code."""
+
+    def __init__(self, url: str, **connect_kwargs: Any) -> None:
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
+        self._thread.start()
+        self.nc = self.run(nats.connect(url, **connect_kwargs))
+        self.js = self.nc.jetstream()
+
+    def run(self, coro: Any, timeout: float = 60.0) -> Any:
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout)
+
+    def api(self, subject: str, body: dict | None = None) -> dict:
+        payload = json.dumps(body).encode() if body is not None else b""
+        msg = self.run(self.nc.request(f"$JS.API.{subject}", payload, timeout=10))
+        return json.loads(msg.data)
+
+    def add_stream(self, name: str, subjects: list[str], **config: Any) -> dict:
+        reply = self.api(f"STREAM.CREATE.{name}", {"name": name, "subjects": subjects, "storage": "memory", **config})
+        assert "error" not in reply, reply
+        return reply["config"]
+
+    def stream_config(self, name: str) -> dict:
+        return self.api(f"STREAM.INFO.{name}")["config"]
+
+    def stream_state(self, name: str) -> dict:
+        return self.api(f"STREAM.INFO.{name}")["state"]
+
+    def messages(self, stream: str) -> list[StoredMessage]:
+        """Every message the stream holds now, in sequence order (STREAM.MSG.GET by next seq)."""
+        out: list[StoredMessage] = []
+        seq = 1
+        while True:
+            reply = self.api(f"STREAM.MSG.GET.{stream}", {"seq": seq, "next_by_subj": ">"})
+            if "error" in reply:
+                assert reply["error"]["err_code"] == 10037, reply
+                return out
+            m = reply["message"]
+            headers: dict[str, list[str]] = {}
+            if m.get("hdrs"):
+                block = base64.b64decode(m["hdrs"]).decode()
+                for line in block.split("\r\n")[1:]:
+                    if line:
+                        k, _, v = line.partition(":")
+                        headers.setdefault(k.strip(), []).append(v.strip())
+            out.append(StoredMessage(m["subject"], m["seq"], base64.b64decode(m.get("data") or b""), headers, m["time"]))
+            seq = m["seq"] + 1
+
+    def publish_raw(self, subject: str, headers: bytes | None, data: bytes, timeout: float = 5.0) -> dict:
+        """Publish with an exact header block and return the PubAck JSON."""
+
+        async def go() -> dict:
+            inbox = self.nc.new_inbox()
+            fut: asyncio.Future = asyncio.get_running_loop().create_future()
+
+            async def cb(msg: Any) -> None:
+                if not fut.done():
+                    fut.set_result(msg)
+
+            sub = await self.nc.subscribe(inbox, cb=cb)
+            if headers is None:
+                cmd = f"PUB {subject} {inbox} {len(data)}\r\n".encode() + data + b"\r\n"
+            else:
+                cmd = f"HPUB {subject} {inbox} {len(headers)} {len(headers) + len(data)}\r\n".encode() + headers + data + b"\r\n"
+            await self.nc._send_command(cmd)
+            await self.nc._flush_pending()
+            try:
+                msg = await asyncio.wait_for(fut, timeout)
+            finally:
+                await sub.unsubscribe()
+            return json.loads(msg.data)
+
+        return self.run(go())
+
+    def close(self) -> None:
+        self.run(self.nc.close())
+        self._loop.call_soon_threadsafe(self._loop.stop)
