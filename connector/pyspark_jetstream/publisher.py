@@ -17,6 +17,7 @@ failure, flush and re-check at the end, always close.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
 from dataclasses import dataclass
@@ -145,8 +146,7 @@ class Publisher:
 
     async def close(self) -> None:
         if self._sub is not None:
-            try:
+            # The connection may already be gone; then there is nothing left to release.
+            with contextlib.suppress(Exception):
                 await self._sub.unsubscribe()
-            except Exception:  # the connection may already be gone; nothing left to release
-                pass
             self._sub = None

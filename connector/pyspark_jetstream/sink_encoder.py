@@ -316,9 +316,13 @@ class BatchEncoder:
             if values is None:
                 continue
             if lowered == "nats-ttl":
+                if ttl is not None:
+                    raise hdrs.InvalidHeader("the headers carry Nats-TTL twice (in different cases)")
                 ttl = _single(name, values)
                 continue
             if lowered == "nats-msg-id":
+                if msg_id is not None:
+                    raise hdrs.InvalidHeader("the headers carry Nats-Msg-Id twice (in different cases)")
                 msg_id = hdrs.check_header_value(name, _single(name, values))
                 continue
             hdrs.check_header_name(name, allow_rollup=allow_rollup)

@@ -1,0 +1,127 @@
+"""Option parsing: typed values, defaults, cross-option rules, unknown keys, secrets."""
+
+import pickle
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from pyspark_jetstream.errors import OptionError
+from pyspark_jetstream.options import (
+    CONNECTION_OPTIONS,
+    SINK_OPTIONS,
+    parse_sink_options,
+)
+
+
+def test_defaults():
+    opts = parse_sink_options({})
+    assert opts.connection.servers == ("nats://127.0.0.1:4222",)
+    assert opts.ensure_stream == "validate"
+    assert opts.idempotent is True
+    assert opts.preserve_expiry is False
+    assert opts.max_pending_acks > 0
+    assert opts.default_ttl is None and opts.default_ttl_set is False
+
+
+def test_names_are_case_insensitive_and_values_typed():
+    opts = parse_sink_options(
+        {"SERVERS": "nats://a:1, tls://b:2", "defaultttl": "1h", "maxpendingacks": "100", "ackTimeout": "1m30s",
+         "stream": "S", "ensureStream": "CREATE", "stream.subjects": "a.>,b.*", "stream.maxAge": "24h"}
+    )
+    assert opts.connection.servers == ("nats://a:1", "tls://b:2")
+    assert opts.default_ttl == "1h"
+    assert opts.max_pending_acks == 100
+    assert opts.ack_timeout == 90.0
+    assert opts.ensure_stream == "create"
+    assert opts.stream_settings.subjects == ("a.>", "b.*")
+    assert opts.stream_settings.max_age == 86400.0
+
+
+def test_default_ttl_zero_means_no_header():
+    opts = parse_sink_options({"defaultTtl": "0"})
+    assert opts.default_ttl is None and opts.default_ttl_set
+
+
+@pytest.mark.parametrize(
+    "key, value",
+    [
+        ("servers", ""), ("servers", "http://x y"), ("defaultTtl", "500ms"), ("defaultTtl", "1d"),
+        ("defaultTtl", "-1"), ("preserveExpiry", "yes"), ("ensureStream", "always"), ("idempotent", "1"),
+        ("maxPendingAcks", "0"), ("maxPendingAcks", "ten"), ("maxPendingAcks", "2000000"), ("ackTimeout", "500ms"),
+        ("ackTimeout", "soon"), ("subject", "orders.*"), ("subject", "a b"), ("subject", "a..b"), ("subject", ">"),
+        ("deadLetterSubject", "dlq.>"), ("stream", "a.b"), ("stream", "a b"), ("stream.storage", "disk"),
+        ("stream.replicas", "0"), ("stream.replicas", "7"), ("stream.maxAge", "-1s"),
+        ("stream.maxMsgsPerSubject", "-2"), ("stream.duplicateWindow", "0"),
+        ("stream.subjectDeleteMarkerTtl", "500ms"), ("stream.subjectDeleteMarkerTtl", "0"),
+        ("stream.subjects", "a,,b"), ("connectTimeout", "0"), ("credsFile", "/no/such/file.creds"),
+        ("tlsCaFile", "/no/such/ca.pem"), ("allowRollup", "maybe"),
+    ],
+)
+def test_bad_values_name_the_option_and_value(key, value):
+    with pytest.raises(OptionError) as info:
+        parse_sink_options({key: value})
+    assert info.value.option == key
+    message = str(info.value)
+    assert f"'{key}'" in message and repr(value) in message and "Expected" in message
+
+
+def test_unknown_option_suggests_the_nearest():
+    with pytest.raises(OptionError) as info:
+        parse_sink_options({"defaultTTL ": "1h", "stream": "S"})
+    with pytest.raises(OptionError) as info:
+        parse_sink_options({"defaulTtl": "1h"})
+    assert "Did you mean 'defaultTtl'" in str(info.value)
+
+
+def test_spark_owned_keys_are_ignored():
+    parse_sink_options({"checkpointLocation": "/tmp/x", "path": "ignored"})
+
+
+@pytest.mark.parametrize(
+    "raw, option",
+    [
+        ({"ensureStream": "create"}, "stream"),
+        ({"ensureStream": "update"}, "stream"),
+        ({"ensureStream": "create", "stream": "S"}, "stream.subjects"),
+        ({"user": "u"}, "password"),
+        ({"password": "p"}, "user"),
+        ({"user": "u", "password": "p", "token": "t"}, "token"),
+        ({"subject": "a", "deadLetterSubject": "a"}, "deadLetterSubject"),
+    ],
+)
+def test_cross_option_rules(raw, option):
+    with pytest.raises(OptionError) as info:
+        parse_sink_options(raw)
+    assert info.value.option == option
+
+
+def test_tls_pair_rule(tmp_path):
+    cert = tmp_path / "c.pem"
+    cert.write_text("x")
+    with pytest.raises(OptionError) as info:
+        parse_sink_options({"tlsCertFile": str(cert)})
+    assert info.value.option == "tlsKeyFile"
+
+
+def test_secrets_never_print():
+    opts = parse_sink_options({"user": "alice", "password": "s3cr3t-pw"})
+    assert "s3cr3t-pw" not in repr(opts) and "s3cr3t-pw" not in str(opts)
+    assert opts.connection.password.reveal() == "s3cr3t-pw"
+    assert pickle.loads(pickle.dumps(opts)) == opts
+    assert "tok-123" not in repr(parse_sink_options({"token": "tok-123"}))
+
+
+def test_every_option_is_documented():
+    for spec in CONNECTION_OPTIONS + SINK_OPTIONS:
+        assert spec.doc and spec.allowed.startswith("Expected"), spec.name
+
+
+_NAMES = [s.name for s in CONNECTION_OPTIONS + SINK_OPTIONS if s.name not in ("credsFile", "nkeySeedFile", "tlsCaFile", "tlsCertFile", "tlsKeyFile")]
+
+
+@given(st.sampled_from(_NAMES), st.text(max_size=40))
+def test_any_value_parses_or_raises_option_error(name, value):
+    try:
+        parse_sink_options({name: value})
+    except OptionError as exc:
+        assert exc.option in _NAMES + ["stream", "stream.subjects", "password", "user", "deadLetterSubject"]

@@ -1,0 +1,184 @@
+"""Row -> HPUB frame encoding: precedence, validation, msg ids, sizes."""
+
+import datetime as dt
+
+import pyarrow as pa
+import pytest
+from pyspark.sql.types import (
+    ArrayType,
+    BinaryType,
+    DoubleType,
+    IntegerType,
+    LongType,
+    MapType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
+from pyspark_jetstream.errors import SchemaError
+from pyspark_jetstream.headers import parse_block
+from pyspark_jetstream.sink_encoder import (
+    BatchEncoder,
+    EncoderConfig,
+    InputLayout,
+    layout_from_schema,
+    parse_hpub_frame,
+)
+
+UTC = dt.timezone.utc
+
+
+def config(**kw):
+    base = dict(default_subject=None, default_ttl=None, preserve_expiry=False, expected_stream=None,
+                allow_rollup=False, max_payload=1024 * 1024)
+    base.update(kw)
+    return EncoderConfig(**base)
+
+
+def decode(frame):
+    subject, block, payload = parse_hpub_frame(frame)
+    return subject, parse_block(block)[1], payload
+
+
+def schema(*fields):
+    return StructType([StructField(n, t) for n, t in fields])
+
+
+def test_layout_accepts_every_column_type_and_ignores_source_columns():
+    s = schema(("SUBJECT", StringType()), ("data", BinaryType()), ("headers", MapType(StringType(), ArrayType(StringType()))),
+               ("ttl", LongType()), ("expires_at", TimestampType()), ("msg_id", StringType()), ("seq", LongType()),
+               ("stream", StringType()), ("timestamp", TimestampType()), ("marker_reason", StringType()))
+    lay = layout_from_schema(s, has_default_subject=False)
+    assert lay.subject == "SUBJECT" and lay.headers_multi and lay.ttl == "ttl" and lay.data_is_binary
+
+
+@pytest.mark.parametrize(
+    "fields, match",
+    [
+        ([("data", StringType()), ("color", StringType())], "Unknown column.*'color'.*Accepted columns"),
+        ([("subject", StringType())], "needs a 'data' column"),
+        ([("data", IntegerType()), ("subject", StringType())], "'data'.*binary or string"),
+        ([("data", StringType())], "add a 'subject' column"),
+        ([("data", StringType()), ("subject", StringType()), ("ttl", DoubleType())], "'ttl'.*string or integer"),
+        ([("data", StringType()), ("subject", StringType()), ("headers", MapType(StringType(), IntegerType()))], "'headers'"),
+        ([("data", StringType()), ("subject", StringType()), ("expires_at", StringType())], "'expires_at'.*timestamp"),
+        ([("data", StringType()), ("subject", StringType()), ("Data", StringType())], "differ only in case"),
+    ],
+)
+def test_layout_rejects(fields, match):
+    with pytest.raises(SchemaError, match=match):
+        layout_from_schema(schema(*fields), has_default_subject=False)
+
+
+def encode(rows, layout, cfg=None, prefix=None, names=None, types=None, now=None):
+    batch = pa.RecordBatch.from_pylist(rows, schema=pa.schema(types)) if types else pa.RecordBatch.from_pylist(rows)
+    return BatchEncoder(layout, cfg or config(), prefix).encode(batch, 100, "_INBOX.x.", now=now)
+
+
+def test_basic_frames_carry_reply_position_ttl_and_msg_id():
+    out = encode([{"subject": "a.b", "data": b"x", "ttl": "1h"}, {"subject": "a.c", "data": None, "ttl": None}],
+                 InputLayout(subject="subject", ttl="ttl"), config(default_ttl="30", expected_stream="S"), prefix="q:1:0:")
+    assert [p for p, _ in out.frames] == [100, 101]
+    first = out.frames[0][1]
+    assert first.startswith(b"HPUB a.b _INBOX.x.100 ")
+    subject, headers, payload = decode(first)
+    assert headers == {"Nats-Msg-Id": ["q:1:0:100"], "Nats-TTL": ["1h"], "Nats-Expected-Stream": ["S"]}
+    assert payload == b"x"
+    assert decode(out.frames[1][1])[1]["Nats-TTL"] == ["30"]  # null ttl -> defaultTtl
+    assert decode(out.frames[1][1])[2] == b""
+
+
+def test_zero_ttl_sends_no_header_and_does_not_fall_back_to_default():
+    out = encode([{"subject": "a", "data": b"", "ttl": 0}], InputLayout(subject="subject", ttl="ttl"), config(default_ttl="60"))
+    assert "Nats-TTL" not in decode(out.frames[0][1])[1]
+
+
+def test_headers_map_single_and_multi_valued_with_ttl_and_msgid_entries():
+    rows = [{"subject": "a", "data": b"1", "headers": [("X-A", ["1", "2"]), ("nats-ttl", ["5s"]), ("Nats-Msg-Id", ["mine"])]}]
+    types = [("subject", pa.string()), ("data", pa.binary()), ("headers", pa.map_(pa.string(), pa.list_(pa.string())))]
+    out = encode(rows, InputLayout(subject="subject", headers="headers", headers_multi=True), prefix="p:", types=types)
+    headers = decode(out.frames[0][1])[1]
+    assert headers == {"Nats-Msg-Id": ["mine"], "Nats-TTL": ["5s"], "X-A": ["1", "2"]}
+
+
+def test_ttl_column_wins_over_header_entry():
+    rows = [{"subject": "a", "data": b"1", "ttl": "9s", "headers": [("Nats-TTL", "5s")]}]
+    types = [("subject", pa.string()), ("data", pa.binary()), ("ttl", pa.string()), ("headers", pa.map_(pa.string(), pa.string()))]
+    out = encode(rows, InputLayout(subject="subject", ttl="ttl", headers="headers"), types=types)
+    assert decode(out.frames[0][1])[1]["Nats-TTL"] == ["9s"]
+
+
+@pytest.mark.parametrize(
+    "row, column, reason",
+    [
+        ({"subject": None, "data": b"x"}, "subject", "no subject"),
+        ({"subject": "a.*", "data": b"x"}, "subject", "not a valid publish subject"),
+        ({"subject": "a b", "data": b"x"}, "subject", "not a valid publish subject"),
+        ({"subject": "a", "data": b"x", "ttl": "500ms"}, "ttl", "below the 1 second minimum"),
+        ({"subject": "a", "data": b"x", "ttl": "soon"}, "ttl", "not a number"),
+        ({"subject": "a", "data": b"x", "msg_id": "a\r\nb"}, "msg_id", "CR or LF"),
+    ],
+)
+def test_bad_rows_are_rejected_with_position_and_column(row, column, reason):
+    row = {"ttl": None, "msg_id": None, **row}
+    types = [("subject", pa.string()), ("data", pa.binary()), ("ttl", pa.string()), ("msg_id", pa.string())]
+    good = {"subject": "ok", "data": b"g", "ttl": None, "msg_id": None}
+    out = encode([good, row, good], InputLayout(subject="subject", ttl="ttl", msg_id="msg_id"), types=types)
+    assert [p for p, _ in out.frames] == [100, 102]
+    (rej,) = out.rejected
+    assert rej.position == 101 and rej.column == column and reason in rej.reason and rej.payload == b"x"
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [[("Bad Name", "1")], [("X", "a\r\nNats-TTL: 1")], [("Nats-Expected-Stream", "OTHER")], [("Nats-Rollup", "all")],
+     [("Nats-TTL", "1h"), ("nats-ttl", "2h")]],
+)
+def test_bad_headers_are_rejected(headers):
+    types = [("subject", pa.string()), ("data", pa.binary()), ("headers", pa.map_(pa.string(), pa.string()))]
+    out = encode([{"subject": "a", "data": b"", "headers": headers}], InputLayout(subject="subject", headers="headers"), types=types)
+    assert not out.frames and out.rejected[0].column == "headers"
+
+
+def test_preserve_expiry_uses_remaining_lifetime_and_counts_expired():
+    now = dt.datetime(2026, 1, 1, 12, tzinfo=UTC)
+    rows = [
+        {"subject": "a", "data": b"1", "expires_at": now + dt.timedelta(seconds=90, milliseconds=1), "ttl": "5s"},
+        {"subject": "a", "data": b"2", "expires_at": now - dt.timedelta(seconds=1), "ttl": None},
+        {"subject": "a", "data": b"3", "expires_at": None, "ttl": "never"},
+    ]
+    types = [("subject", pa.string()), ("data", pa.binary()), ("expires_at", pa.timestamp("us", tz="UTC")), ("ttl", pa.string())]
+    out = encode(rows, InputLayout(subject="subject", ttl="ttl", expires_at="expires_at"), config(preserve_expiry=True),
+                 types=types, now=now)
+    assert out.expired == 1
+    assert [decode(f)[1]["Nats-TTL"] for _, f in out.frames] == [["91"], ["never"]]
+
+
+def test_expires_at_is_ignored_without_preserve_expiry():
+    now = dt.datetime(2026, 1, 1, tzinfo=UTC)
+    types = [("subject", pa.string()), ("data", pa.binary()), ("expires_at", pa.timestamp("us", tz="UTC"))]
+    out = encode([{"subject": "a", "data": b"1", "expires_at": now}], InputLayout(subject="subject", expires_at="expires_at"), types=types)
+    assert out.expired == 0 and "Nats-TTL" not in decode(out.frames[0][1])[1]
+
+
+def test_string_data_and_default_subject():
+    out = encode([{"data": "héllo"}], InputLayout(data_is_binary=False), config(default_subject="d.s"))
+    assert decode(out.frames[0][1])[0] == "d.s" and decode(out.frames[0][1])[2] == "héllo".encode()
+
+
+def test_integer_ttl_column():
+    types = [("subject", pa.string()), ("data", pa.binary()), ("ttl", pa.int32())]
+    out = encode([{"subject": "a", "data": b"", "ttl": 60}, {"subject": "a", "data": b"", "ttl": -3}],
+                 InputLayout(subject="subject", ttl="ttl"), types=types)
+    assert decode(out.frames[0][1])[1]["Nats-TTL"] == ["60"] and out.rejected[0].value == -3
+
+
+def test_oversized_message_is_rejected_not_sent():
+    out = encode([{"subject": "a", "data": b"x" * 200}], InputLayout(subject="subject"), config(max_payload=100))
+    assert not out.frames and "max_payload of 100" in out.rejected[0].reason
+
+
+def test_no_msg_id_when_not_idempotent():
+    out = encode([{"subject": "a", "data": b""}], InputLayout(subject="subject"), prefix=None)
+    assert "Nats-Msg-Id" not in decode(out.frames[0][1])[1]
