@@ -8,7 +8,8 @@ something:
 
 * AllowMsgTTL can be enabled on an existing stream, never disabled;
 * SubjectDeleteMarkerTTL is at least 1s and never set on a mirror;
-* with SubjectDeleteMarkerTTL, AllowRollup is true and DenyPurge false;
+* with SubjectDeleteMarkerTTL, AllowRollup is true and DenyPurge false (and
+  nats-server cannot turn DenyPurge off by an update);
 * a counter stream (AllowMsgCounter) cannot take TTLs.
 """
 
@@ -126,6 +127,13 @@ def plan_stream(current: dict[str, Any] | None, opts: SinkOptions, needs_ttl: bo
                 f"Stream '{name}' has SubjectDeleteMarkerTTL {current.get('subject_delete_marker_ttl', 0) / _NS:g}s, "
                 f"not the requested {sdm / _NS:g}s (option 'stream.subjectDeleteMarkerTtl'). Set ensureStream='update' "
                 "to change it, or drop the option."
+            )
+        if current.get("deny_purge"):
+            # nats-server refuses to turn DenyPurge off by an update (err_code 10052).
+            raise StreamConfigError(
+                f"Stream '{name}' has DenyPurge=true, which an update cannot turn off, and SubjectDeleteMarkerTTL "
+                "needs DenyPurge=false (ADR-43). Recreate the stream without DenyPurge, or drop the option "
+                "'stream.subjectDeleteMarkerTtl'."
             )
         config["subject_delete_marker_ttl"] = sdm
         # ADR-43: markers need roll-ups and the purge permission; markers imply TTLs.

@@ -65,7 +65,7 @@ def test_create_validates_existing_stream():
 
 
 def test_update_enables_ttl_and_sets_markers_with_companions():
-    plan = plan_stream(current(deny_purge=True), opts(ensureStream="update", stream_subjectDeleteMarkerTtl="2s"), True)
+    plan = plan_stream(current(allow_rollup_hdrs=False), opts(ensureStream="update", stream_subjectDeleteMarkerTtl="2s"), True)
     assert plan.action == "update"
     assert plan.config["allow_msg_ttl"] is True
     assert plan.config["subject_delete_marker_ttl"] == 2 * S
@@ -106,3 +106,8 @@ def test_subject_option_must_be_captured():
 def test_adr43_restrictions(cur, desired, match):
     with pytest.raises(StreamConfigError, match=match):
         check_ttl_transition(cur, {"name": "S", **desired})
+
+
+def test_update_cannot_add_markers_to_a_deny_purge_stream():
+    with pytest.raises(StreamConfigError, match="DenyPurge=true.*Recreate"):
+        plan_stream(current(deny_purge=True), opts(ensureStream="update", stream_subjectDeleteMarkerTtl="2s"), True)

@@ -1,0 +1,265 @@
+"""df.write.format("jetstream"): columns, TTLs, streams, errors, dead letters, secrets."""
+
+from __future__ import annotations
+
+import datetime as dt
+import itertools
+import time
+
+import pytest
+from pyspark.sql import Row
+from pyspark.sql import functions as F
+
+from ..helpers import wait_until
+from .sinkutil import write
+
+
+def test_auto_registration_needs_no_register_call(spark, nats_server, nats_client, stream_name):
+    # Nothing in the test suite calls spark.dataSource.register: Spark found DefaultSource itself.
+    nats_client.add_stream(stream_name, [f"{stream_name}.>"])
+    df = spark.createDataFrame([(f"{stream_name}.a", b"hi")], "subject string, data binary")
+    df.write.format("jetstream").option("servers", nats_server.url).mode("append").save()
+    assert [m.data for m in nats_client.messages(stream_name)] == [b"hi"]
+
+
+DATA = {"binary": ("binary", lambda i: f"d{i}".encode()), "string": ("string", lambda i: f"d{i}")}
+HEADERS = {
+    "none": (None, None),
+    "map": ("map<string,string>", lambda i: {"X-I": str(i)}),
+    "multi": ("map<string,array<string>>", lambda i: {"X-I": [str(i), "two"]}),
+}
+TTLS = {"none": (None, None), "string": ("string", lambda i: "1h"), "int": ("int", lambda i: 3600)}
+SUBJECT = ["column", "option"]
+
+
+@pytest.mark.parametrize("data, headers, ttl, subject", list(itertools.product(DATA, HEADERS, TTLS, SUBJECT)))
+def test_every_column_type_combination(spark, nats_server, nats_client, stream_name, data, headers, ttl, subject):
+    nats_client.add_stream(stream_name, [f"{stream_name}.>"], allow_msg_ttl=True)
+    fields, makers = [], []
+    if subject == "column":
+        fields.append("subject string")
+        makers.append(lambda i: f"{stream_name}.s{i}")
+    for name, spec in (("data", DATA[data]), ("headers", HEADERS[headers]), ("ttl", TTLS[ttl])):
+        if spec[0] is not None:
+            fields.append(f"{name} {spec[0]}")
+            makers.append(spec[1])
+    rows = [tuple(m(i) for m in makers) for i in range(3)]
+    df = spark.createDataFrame(rows, ", ".join(fields))
+    opts = {"stream": stream_name}
+    if subject == "option":
+        opts["subject"] = f"{stream_name}.fixed"
+    write(df, nats_server, **opts)
+
+    msgs = sorted(nats_client.messages(stream_name), key=lambda m: m.data)
+    assert [m.data for m in msgs] == [f"d{i}".encode() for i in range(3)]
+    for i, m in enumerate(msgs):
+        assert m.subject == (f"{stream_name}.s{i}" if subject == "column" else f"{stream_name}.fixed")
+        assert m.headers.get("Nats-TTL") == (None if ttl == "none" else ["1h" if ttl == "string" else "3600"])
+        expected_x = {"none": None, "map": [str(i)], "multi": [str(i), "two"]}[headers]
+        assert m.headers.get("X-I") == expected_x
+        assert m.headers["Nats-Expected-Stream"] == [stream_name]
+        assert len(m.headers["Nats-Msg-Id"]) == 1
+
+
+def test_default_ttl_applies_only_where_row_ttl_is_null(spark, nats_server, nats_client, stream_name):
+    nats_client.add_stream(stream_name, [f"{stream_name}.>"], allow_msg_ttl=True)
+    df = spark.createDataFrame(
+        [("a", "5m"), ("b", None), ("c", "0"), ("d", "never")], "data string, ttl string"
+    ).coalesce(1)
+    write(df, nats_server, stream=stream_name, subject=f"{stream_name}.x", defaultTtl="90s")
+    ttls = {m.data: m.headers.get("Nats-TTL") for m in nats_client.messages(stream_name)}
+    assert ttls == {b"a": ["5m"], b"b": ["90s"], b"c": None, b"d": ["never"]}
+
+
+def test_never_survives_max_age_and_one_second_ttl_expires(spark, nats_server, nats_client, stream_name):
+    nats_client.add_stream(stream_name, [f"{stream_name}.>"], allow_msg_ttl=True, max_age=3 * 10**9)
+    df = spark.createDataFrame(
+        [("forever", "never"), ("short", "1s"), ("hour", "1h"), ("plain", None)], "data string, ttl string"
+    ).coalesce(1)
+    start = time.monotonic()
+    write(df, nats_server, stream=stream_name, subject=f"{stream_name}.x")
+    assert len(nats_client.messages(stream_name)) == 4
+
+    def data():
+        return {m.data for m in nats_client.messages(stream_name)}
+
+    wait_until(lambda: b"short" not in data(), timeout=10, what="the 1s TTL message expires")
+    # Its neighbours outlive it: they are removed by MaxAge (3s), not by its deadline.
+    if time.monotonic() - start < 2.5:
+        assert data() == {b"forever", b"hour", b"plain"}
+    wait_until(lambda: data() == {b"forever"}, timeout=15, what="MaxAge removes all but 'never'")
+
+
+def test_preserve_expiry_copies_remaining_lifetime(spark, nats_server, nats_client, stream_name):
+    nats_client.add_stream(stream_name, [f"{stream_name}.>"], allow_msg_ttl=True)
+    now = dt.datetime.now(dt.timezone.utc)
+    rows = [
+        Row(data="in_2m", expires_at=now + dt.timedelta(seconds=120), ttl=None),
+        Row(data="gone", expires_at=now - dt.timedelta(seconds=5), ttl="1h"),
+        Row(data="never", expires_at=None, ttl="never"),
+    ]
+    df = spark.createDataFrame(rows, "data string, expires_at timestamp, ttl string").coalesce(1)
+    write(df, nats_server, stream=stream_name, subject=f"{stream_name}.x", preserveExpiry="true")
+    msgs = {m.data: m for m in nats_client.messages(stream_name)}
+    assert set(msgs) == {b"in_2m", b"never"}
+    stored_ttl = int(msgs[b"in_2m"].headers["Nats-TTL"][0])
+    stored_at = dt.datetime.fromisoformat(msgs[b"in_2m"].time[:26] + "+00:00")
+    # The copy's absolute expiry equals the original's, up to the 1s rounding (never earlier).
+    expiry = stored_at + dt.timedelta(seconds=stored_ttl)
+    assert dt.timedelta(0) <= expiry - (now + dt.timedelta(seconds=120)) <= dt.timedelta(seconds=2)
+    assert msgs[b"never"].headers["Nats-TTL"] == ["never"]
+
+
+def test_ttl_rows_into_stream_without_allow_msg_ttl_fail_before_publishing(spark, nats_server, nats_client, stream_name):
+    nats_client.add_stream(stream_name, [f"{stream_name}.>"])
+    df = spark.createDataFrame([("a", "1h"), ("b", None)], "data string, ttl string")
+    with pytest.raises(Exception, match="AllowMsgTTL is false"):
+        write(df, nats_server, stream=stream_name, subject=f"{stream_name}.x")
+    with pytest.raises(Exception, match="AllowMsgTTL is false"):
+        write(df.select("data"), nats_server, subject=f"{stream_name}.x", defaultTtl="1h")
+    assert nats_client.stream_state(stream_name)["messages"] == 0
+    # Rows that cannot carry a TTL are fine.
+    write(df.select("data"), nats_server, stream=stream_name, subject=f"{stream_name}.x")
+    assert nats_client.stream_state(stream_name)["messages"] == 2
+
+
+def test_ensure_stream_validate_refuses_a_missing_stream(spark, nats_server, stream_name):
+    df = spark.createDataFrame([("a",)], "data string")
+    with pytest.raises(Exception, match=f"Stream '{stream_name}' does not exist"):
+        write(df, nats_server, stream=stream_name, subject=f"{stream_name}.x")
+
+
+def test_ensure_stream_create(spark, nats_server, nats_client, stream_name):
+    df = spark.createDataFrame([("a", "1h")], "data string, ttl string")
+    write(df, nats_server, stream=stream_name, subject=f"{stream_name}.x", ensureStream="create",
+          stream__subjects=f"{stream_name}.>", stream__subjectDeleteMarkerTtl="2s", stream__maxMsgsPerSubject="1",
+          stream__storage="memory", stream__duplicateWindow="5m")
+    config = nats_client.stream_config(stream_name)
+    assert config["allow_msg_ttl"] is True and config["subject_delete_marker_ttl"] == 2 * 10**9
+    assert config["allow_rollup_hdrs"] is True and config["deny_purge"] is False
+    assert config["max_msgs_per_subject"] == 1 and config["storage"] == "memory"
+    assert config["duplicate_window"] == 300 * 10**9
+    assert nats_client.stream_state(stream_name)["messages"] == 1
+    # A second run finds the stream and only validates it.
+    write(df, nats_server, stream=stream_name, subject=f"{stream_name}.y", ensureStream="create")
+    assert nats_client.stream_state(stream_name)["messages"] == 2
+
+
+def test_ensure_stream_update_enables_ttl_and_markers(spark, nats_server, nats_client, stream_name):
+    nats_client.add_stream(stream_name, [f"{stream_name}.>"], allow_rollup_hdrs=False)
+    df = spark.createDataFrame([("a", "1h")], "data string, ttl string")
+    with pytest.raises(Exception, match="AllowMsgTTL is false"):
+        write(df, nats_server, stream=stream_name, subject=f"{stream_name}.x")
+    write(df, nats_server, stream=stream_name, subject=f"{stream_name}.x", ensureStream="update",
+          stream__subjectDeleteMarkerTtl="1s")
+    config = nats_client.stream_config(stream_name)
+    assert config["allow_msg_ttl"] is True and config["subject_delete_marker_ttl"] == 10**9
+    assert config["allow_rollup_hdrs"] is True and config["deny_purge"] is False
+    assert nats_client.stream_state(stream_name)["messages"] == 1
+
+
+def test_ensure_stream_update_refuses_markers_on_a_deny_purge_stream(spark, nats_server, nats_client, stream_name):
+    nats_client.add_stream(stream_name, [f"{stream_name}.>"], deny_purge=True)
+    df = spark.createDataFrame([("a", "1h")], "data string, ttl string")
+    with pytest.raises(Exception, match="DenyPurge=true, which an update cannot turn off"):
+        write(df, nats_server, stream=stream_name, subject=f"{stream_name}.x", ensureStream="update",
+              stream__subjectDeleteMarkerTtl="1s")
+    assert nats_client.stream_config(stream_name).get("allow_msg_ttl") is not True
+    assert nats_client.stream_state(stream_name)["messages"] == 0
+
+
+def test_ensure_stream_refuses_a_mirror(spark, nats_server, nats_client, stream_name):
+    nats_client.add_stream(stream_name + "O", [f"{stream_name}.>"])
+    reply = nats_client.api(f"STREAM.CREATE.{stream_name}M", {"name": f"{stream_name}M", "mirror": {"name": stream_name + "O"}, "storage": "memory"})
+    assert "error" not in reply
+    df = spark.createDataFrame([("a",)], "data string")
+    with pytest.raises(Exception, match="is a mirror"):
+        write(df, nats_server, stream=f"{stream_name}M", subject=f"{stream_name}.x", ensureStream="update",
+              stream__subjectDeleteMarkerTtl="1s")
+    assert "subject_delete_marker_ttl" not in nats_client.stream_config(f"{stream_name}M")
+
+
+def test_bad_options_fail_at_start_naming_the_option(spark, nats_server, nats_client, stream_name):
+    df = spark.createDataFrame([("a",)], "data string")
+    for key, value, needle in [
+        ("defaultTtl", "500ms", "'defaultTtl': '500ms'"),
+        ("stream.subjectDeleteMarkerTtl", "500ms", "'stream.subjectDeleteMarkerTtl'"),
+        ("ensureStream", "sometimes", "'ensureStream': 'sometimes'"),
+        ("maxPendingAck", "10", "Did you mean 'maxPendingAcks'"),
+    ]:
+        with pytest.raises(Exception, match=needle):
+            write(df, nats_server, subject="x.y", **{key.replace(".", "__"): value})
+    with pytest.raises(Exception, match="Unknown column.*'extra'"):
+        write(df.withColumn("extra", F.lit(1)), nats_server, subject="x.y")
+    with pytest.raises(Exception, match="only appends"):
+        df.write.format("jetstream").mode("overwrite").option("servers", nats_server.url).option("subject", "x.y").save()
+
+
+def test_bad_row_fails_with_subject_position_and_code(spark, nats_server, nats_client, stream_name):
+    nats_client.add_stream(stream_name, [f"{stream_name}.>"], allow_msg_ttl=True)
+    nats_client.add_stream(stream_name + "B", [f"{stream_name}B.>"])
+    rows = [(f"{stream_name}.ok", "1", None), (f"{stream_name}.ok", "2", "500ms"), (f"{stream_name}.ok", "3", None)]
+    df = spark.createDataFrame(rows, "subject string, data string, ttl string").coalesce(1)
+    with pytest.raises(Exception) as info:
+        write(df, nats_server, stream=stream_name)
+    text = str(info.value)
+    assert f"row 1 of partition 0 to subject '{stream_name}.ok'" in text
+    assert "below the 1 second minimum" in text and "column 'ttl' value '500ms'" in text
+
+    # A row the server rejects: its subject belongs to another stream (Nats-Expected-Stream, err_code 10060).
+    rows = [(f"{stream_name}.ok", "1"), (f"{stream_name}B.other", "2")]
+    df = spark.createDataFrame(rows, "subject string, data string").coalesce(1)
+    with pytest.raises(Exception) as info:
+        write(df, nats_server, stream=stream_name)
+    text = str(info.value)
+    assert f"row 1 of partition 0 to subject '{stream_name}B.other'" in text and "err_code 10060" in text
+
+
+def test_dead_letter_subject_catches_rejected_rows(spark, nats_server, nats_client, stream_name):
+    nats_client.add_stream(stream_name, [f"{stream_name}.>"], allow_msg_ttl=True)
+    nats_client.add_stream(stream_name + "B", [f"{stream_name}B.>"])
+    nats_client.add_stream(stream_name + "DLQ", [f"{stream_name}dlq"])
+    rows = [
+        (f"{stream_name}.ok", "good1", None),
+        (f"{stream_name}.ok", "badttl", "500ms"),
+        (f"{stream_name}B.other", "wrongstream", None),
+        (f"{stream_name}.*", "wildcard", None),
+        (f"{stream_name}.ok", "good2", "1h"),
+    ]
+    df = spark.createDataFrame(rows, "subject string, data string, ttl string").coalesce(1)
+    write(df, nats_server, stream=stream_name, deadLetterSubject=f"{stream_name}dlq")
+    assert [m.data for m in nats_client.messages(stream_name)] == [b"good1", b"good2"]
+    assert nats_client.stream_state(stream_name + "B")["messages"] == 0
+    dead = {m.data: m.headers for m in nats_client.messages(stream_name + "DLQ")}
+    assert set(dead) == {b"badttl", b"wrongstream", b"wildcard"}
+    assert dead[b"badttl"]["Spark-JetStream-Err-Code"] == ["client"]
+    assert "1 second minimum" in dead[b"badttl"]["Spark-JetStream-Error"][0]
+    assert dead[b"wrongstream"]["Spark-JetStream-Err-Code"] == ["10060"]
+    assert dead[b"wrongstream"]["Spark-JetStream-Original-Subject"] == [f"{stream_name}B.other"]
+    assert dead[b"wildcard"]["Spark-JetStream-Row"] == ["0:3"]
+    assert "Nats-TTL" not in dead[b"badttl"]
+
+
+def test_dead_letter_subject_must_be_stored(spark, nats_server, nats_client, stream_name):
+    nats_client.add_stream(stream_name, [f"{stream_name}.>"])
+    df = spark.createDataFrame([("a",)], "data string")
+    with pytest.raises(Exception, match="No stream captures the dead-letter subject"):
+        write(df, nats_server, stream=stream_name, subject=f"{stream_name}.x", deadLetterSubject="nowhere.dlq")
+
+
+def test_header_round_trip_including_multi_valued(spark, nats_server, nats_client, stream_name):
+    nats_client.add_stream(stream_name, [f"{stream_name}.>"])
+    headers = {"X-Multi": ["a", "b", "c"], "X-Colon": ["k: v"], "X-Unicode": ["héllo"], "x-lower": ["1"]}
+    df = spark.createDataFrame([(b"p", headers)], "data binary, headers map<string,array<string>>")
+    write(df, nats_server, stream=stream_name, subject=f"{stream_name}.h")
+    (m,) = nats_client.messages(stream_name)
+    for key, values in headers.items():
+        assert m.headers[key] == values
+
+
+def test_idempotent_ids_deduplicate_a_rerun_of_the_same_rows(spark, nats_server, nats_client, stream_name):
+    nats_client.add_stream(stream_name, [f"{stream_name}.>"])
+    df = spark.createDataFrame([(f"m{i}", str(i)) for i in range(5)], "msg_id string, data string")
+    write(df, nats_server, stream=stream_name, subject=f"{stream_name}.x")
+    write(df, nats_server, stream=stream_name, subject=f"{stream_name}.x")
+    assert nats_client.stream_state(stream_name)["messages"] == 5
