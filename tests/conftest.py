@@ -7,6 +7,7 @@ import os
 import sys
 
 import pytest
+
 from pyspark_jetstream.server import EmbeddedNatsServer
 
 from .helpers import SyncNats

@@ -1,4 +1,5 @@
 import pytest
+
 from pyspark_jetstream.headers import (
     InvalidHeader,
     check_header_name,

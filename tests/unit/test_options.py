@@ -5,6 +5,7 @@ import pickle
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+
 from pyspark_jetstream.errors import OptionError
 from pyspark_jetstream.options import (
     CONNECTION_OPTIONS,

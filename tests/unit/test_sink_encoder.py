@@ -16,6 +16,7 @@ from pyspark.sql.types import (
     StructType,
     TimestampType,
 )
+
 from pyspark_jetstream.errors import SchemaError
 from pyspark_jetstream.headers import parse_block
 from pyspark_jetstream.sink_encoder import (

@@ -1,6 +1,7 @@
 """ensureStream decisions and ADR-43 stream restrictions, without a server."""
 
 import pytest
+
 from pyspark_jetstream.errors import StreamConfigError
 from pyspark_jetstream.options import parse_sink_options
 from pyspark_jetstream.stream_admin import (

@@ -5,6 +5,7 @@ import datetime as dt
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+
 from pyspark_jetstream.ttl import (
     InvalidTtl,
     parse_go_duration,
