@@ -44,7 +44,8 @@ class Publisher:
     def __init__(self, nc, *, max_pending: int, ack_timeout: float) -> None:
         self._nc = nc
         self._max_pending = max_pending
-        self._low_water = max(max_pending // 2, 1)
+        # Refill at half the window (like ADR-37's threshold); 0 for a window of 1.
+        self._low_water = max_pending // 2
         self._ack_timeout = ack_timeout
         self._inflight: dict[str, bytes] = {}
         self._room = asyncio.Event()
@@ -125,9 +126,8 @@ class Publisher:
             room = self._max_pending - len(inflight)
             if room <= 0:
                 self._room.clear()
-                if len(inflight) > self._low_water:
-                    self._last_progress = time.monotonic()
-                    await self._wait(self._room, "window full")
+                self._last_progress = time.monotonic()
+                await self._wait(self._room, "window full")
                 continue
             chunk = frames[i : i + room]
             i += len(chunk)

@@ -263,3 +263,11 @@ def test_idempotent_ids_deduplicate_a_rerun_of_the_same_rows(spark, nats_server,
     write(df, nats_server, stream=stream_name, subject=f"{stream_name}.x")
     write(df, nats_server, stream=stream_name, subject=f"{stream_name}.x")
     assert nats_client.stream_state(stream_name)["messages"] == 5
+
+
+@pytest.mark.parametrize("window", ["1", "2", "3"])
+def test_tiny_ack_windows_make_progress(spark, nats_server, nats_client, stream_name, window):
+    nats_client.add_stream(stream_name, [f"{stream_name}.>"])
+    df = spark.createDataFrame([(str(i),) for i in range(50)], "data string")
+    write(df, nats_server, stream=stream_name, subject=f"{stream_name}.x", maxPendingAcks=window)
+    assert nats_client.stream_state(stream_name)["messages"] == 50

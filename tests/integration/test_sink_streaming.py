@@ -1,0 +1,129 @@
+"""df.writeStream.format("jetstream"): micro-batches, and exactly-once across a crash."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from pyspark.sql import functions as F
+
+from ..helpers import wait_until
+
+JOB = Path(__file__).parent / "jobs" / "stream_copy_job.py"
+
+
+def _write_input(directory, files: int, rows_per_file: int) -> None:
+    """Files become micro-batches in modification-time order, so the times are set explicitly."""
+    os.makedirs(directory, exist_ok=True)
+    for f in range(files):
+        path = os.path.join(directory, f"part-{f:03d}.json")
+        with open(path, "w") as out:
+            for r in range(rows_per_file):
+                i = f * rows_per_file + r
+                out.write(json.dumps({"id": i, "data": f"row-{i}"}) + "\n")
+        os.utime(path, (1_700_000_000 + f * 10, 1_700_000_000 + f * 10))
+
+
+def _query(spark, nats_server, source_dir, checkpoint, stream_name, transform=None):
+    df = spark.readStream.schema("id long, data string").option("maxFilesPerTrigger", 1).json(str(source_dir))
+    if transform is not None:
+        df = transform(df)
+    return (
+        df.select(F.concat(F.lit(f"{stream_name}."), (F.col("id") % 3).cast("string")).alias("subject"),
+                  F.col("data"), F.lit("1h").alias("ttl"))
+        .writeStream.format("jetstream")
+        .option("servers", nats_server.url)
+        .option("stream", stream_name)
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True)
+        .start()
+    )
+
+
+def test_streaming_write_publishes_every_micro_batch(spark, nats_server, nats_client, stream_name, tmp_path):
+    nats_client.add_stream(stream_name, [f"{stream_name}.>"], allow_msg_ttl=True)
+    _write_input(tmp_path / "in", files=3, rows_per_file=50)
+    query = _query(spark, nats_server, tmp_path / "in", tmp_path / "chk", stream_name)
+    query.awaitTermination(120)
+    assert query.exception() is None
+    msgs = nats_client.messages(stream_name)
+    assert sorted(m.data for m in msgs) == sorted(f"row-{i}".encode() for i in range(150))
+    ids = {m.headers["Nats-Msg-Id"][0] for m in msgs}
+    assert len(ids) == 150
+    # <queryId>:<batchId>:<partition>:<position>, three micro-batches of one file each
+    assert {i.split(":")[0] for i in ids} == {query.id}
+    assert {i.split(":")[1] for i in ids} == {"0", "1", "2"}
+    assert all(m.headers["Nats-TTL"] == ["1h"] for m in msgs)
+
+
+def test_task_failing_mid_batch_restarts_exactly_once(spark, nats_server, nats_client, stream_name, tmp_path):
+    """Micro-batch 1 fails after publishing most of its rows: its last row goes to a subject
+    the stream does not capture yet (the server rejects it). After the stream is fixed, the
+    restarted query replays batch 1 with the same msg ids and the server drops the copies."""
+    nats_client.add_stream(stream_name, [f"{stream_name}.0", f"{stream_name}.1", f"{stream_name}.2"], allow_msg_ttl=True)
+    rows_per_file = 400
+    _write_input(tmp_path / "in", files=3, rows_per_file=rows_per_file)
+    poison = 2 * rows_per_file - 1  # the last row of micro-batch 1
+
+    def query():
+        df = spark.readStream.schema("id long, data string").option("maxFilesPerTrigger", 1).json(str(tmp_path / "in"))
+        subject = F.when(F.col("id") == poison, F.lit(f"{stream_name}.late")).otherwise(
+            F.concat(F.lit(f"{stream_name}."), (F.col("id") % 3).cast("string")))
+        return (
+            df.select(subject.alias("subject"), "data").coalesce(1)
+            .writeStream.format("jetstream").option("servers", nats_server.url).option("stream", stream_name)
+            .option("checkpointLocation", str(tmp_path / "chk")).trigger(availableNow=True).start()
+        )
+
+    previous = spark.conf.get("spark.sql.execution.arrow.maxRecordsPerBatch")
+    spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", "50")
+    try:
+        q = query()
+        with pytest.raises(Exception, match=f"row {rows_per_file - 1} of partition 0 to subject '{stream_name}.late'"):
+            q.awaitTermination(120)
+        stored_after_crash = nats_client.stream_state(stream_name)["messages"]
+        assert stored_after_crash == 2 * rows_per_file - 1  # batch 0 whole, batch 1 but its last row
+
+        config = nats_client.stream_config(stream_name)
+        config["subjects"].append(f"{stream_name}.late")
+        assert "error" not in nats_client.api(f"STREAM.UPDATE.{stream_name}", config)
+        q = query()
+        q.awaitTermination(120)
+        assert q.exception() is None
+    finally:
+        spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", previous)
+
+    datas = [m.data for m in nats_client.messages(stream_name)]
+    assert len(datas) == 3 * rows_per_file
+    assert set(datas) == {f"row-{i}".encode() for i in range(3 * rows_per_file)}
+
+
+def test_driver_killed_mid_batch_restarts_exactly_once(nats_server, nats_client, stream_name, tmp_path):
+    """SIGKILL the whole job (driver JVM and Python workers) while micro-batch 1 is being
+    published; the restarted job replays it from the checkpoint without duplicates."""
+    nats_client.add_stream(stream_name, [f"{stream_name}.>"])
+    rows_per_file = 6000
+    _write_input(tmp_path / "in", files=3, rows_per_file=rows_per_file)
+    job = [sys.executable, str(JOB), nats_server.url, str(tmp_path / "in"), str(tmp_path / "chk"), stream_name]
+
+    # maxPendingAcks=1 publishes one row per round trip, so a micro-batch takes long enough to be caught.
+    proc = subprocess.Popen(job + ["1"], start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_until(lambda: nats_client.stream_state(stream_name)["messages"] > rows_per_file + 100,
+                   timeout=180, interval=0.01, what="micro-batch 1 has started publishing")
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(30)
+    stored_after_kill = nats_client.stream_state(stream_name)["messages"]
+    assert rows_per_file < stored_after_kill < 2 * rows_per_file, stored_after_kill
+
+    done = subprocess.run(job + ["256"], start_new_session=True, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    datas = [m.data for m in nats_client.messages(stream_name)]
+    assert len(datas) == 3 * rows_per_file
+    assert set(datas) == {f"row-{i}".encode() for i in range(3 * rows_per_file)}
