@@ -1,0 +1,184 @@
+"""Benchmark harness: each connector path next to a raw nats-py baseline, in the same run.
+
+    python tests/perf/bench.py --quick        # small sizes, a few minutes
+    python tests/perf/bench.py                # the full run
+
+It starts an embedded nats-server, prepares file-storage streams and prints a
+Markdown table (rows/s, MB/s, ratio to the baseline measured beside it). Never
+run in CI: ratios, not absolute numbers, are what it proves, and only when the
+machine is otherwise idle.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+import time
+from dataclasses import dataclass
+
+os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+
+
+@dataclass
+class Result:
+    path: str
+    rows: int
+    size: int
+    seconds: float
+    baseline: str | None = None
+
+    @property
+    def rows_per_s(self) -> float:
+        return self.rows / self.seconds
+
+    @property
+    def mb_per_s(self) -> float:
+        return self.rows * self.size / self.seconds / 1e6
+
+
+def api(nc, subject: str, body: dict):
+    import json
+
+    async def go():
+        msg = await nc.request(f"$JS.API.{subject}", json.dumps(body).encode(), timeout=30)
+        reply = json.loads(msg.data)
+        assert "error" not in reply, reply
+        return reply
+
+    return go()
+
+
+async def make_stream(url: str, name: str) -> None:
+    import nats
+
+    nc = await nats.connect(url)
+    try:
+        await api(nc, f"STREAM.CREATE.{name}", {"name": name, "subjects": [f"{name}.>"], "storage": "file",
+                                                 "allow_msg_ttl": True, "duplicate_window": 120 * 10**9})
+    finally:
+        await nc.close()
+
+
+async def stream_messages(url: str, name: str) -> int:
+    import nats
+
+    nc = await nats.connect(url)
+    try:
+        return (await api(nc, f"STREAM.INFO.{name}", {}))["state"]["messages"]
+    finally:
+        await nc.close()
+
+
+async def raw_publish(url: str, stream: str, rows: int, size: int, window: int = 10_000) -> float:
+    """Baseline: nc.publish with a reply subject per message under one wildcard ack
+    subscription, a window of 10k outstanding acks, every PubAck checked."""
+    import nats
+
+    nc = await nats.connect(url, pending_size=8 * 1024 * 1024)
+    inbox = nc.new_inbox()
+    payload = b"x" * size
+    state = {"pending": 0, "acked": 0, "errors": 0}
+    room, done = asyncio.Event(), asyncio.Event()
+
+    async def on_ack(msg):
+        if b'"error"' in msg.data or not msg.data:
+            state["errors"] += 1
+        state["acked"] += 1
+        state["pending"] -= 1
+        if state["pending"] <= window // 2:
+            room.set()
+        if state["acked"] == rows:
+            done.set()
+
+    await nc.subscribe(inbox + ".*", cb=on_ack)
+    start = time.perf_counter()
+    for i in range(rows):
+        if state["pending"] >= window:
+            room.clear()
+            await room.wait()
+        state["pending"] += 1
+        await nc.publish(f"{stream}.s{i % 8}", payload, reply=f"{inbox}.{i}",
+                         headers={"Nats-TTL": "1h", "Nats-Msg-Id": f"raw-{i}"})
+    await done.wait()
+    elapsed = time.perf_counter() - start
+    await nc.close()
+    assert state["errors"] == 0, state
+    return elapsed
+
+
+def connector_batch_write(spark, url: str, stream: str, rows: int, size: int, partitions: int) -> float:
+    from pyspark.sql import functions as F
+
+    df = (
+        spark.range(rows, numPartitions=partitions)
+        .select(
+            F.concat(F.lit(f"{stream}.s"), (F.col("id") % 8).cast("string")).alias("subject"),
+            F.expr(f"cast(repeat('x', {size}) as binary)").alias("data"),
+            F.lit("1h").alias("ttl"),
+        )
+        .cache()
+    )
+    df.count()
+    start = time.perf_counter()
+    df.write.format("jetstream").mode("append").option("servers", url).option("stream", stream).save()
+    elapsed = time.perf_counter() - start
+    df.unpersist()
+    return elapsed
+
+
+def print_table(results: list[Result]) -> None:
+    by_path = {r.path: r for r in results}
+    print("\n| path | rows | size | rows/s | MB/s | ratio to baseline |")
+    print("|---|---:|---:|---:|---:|---:|")
+    for r in results:
+        ratio = f"{r.rows_per_s / by_path[r.baseline].rows_per_s:.2f}x ({r.baseline})" if r.baseline else "baseline"
+        print(f"| {r.path} | {r.rows:,} | {r.size} B | {r.rows_per_s:,.0f} | {r.mb_per_s:.1f} | {ratio} |")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--quick", action="store_true", help="smaller sizes")
+    parser.add_argument("--repeat", type=int, default=2, help="runs per path; the best is kept")
+    args = parser.parse_args()
+
+    from pyspark.sql import SparkSession
+
+    from pyspark_jetstream.server import EmbeddedNatsServer
+
+    write_sizes = [(50_000, 100)] if args.quick else [(200_000, 100), (50_000, 1024)]
+    results: list[Result] = []
+    with EmbeddedNatsServer() as server:
+        spark = (
+            SparkSession.builder.master("local[2]").appName("jetstream-bench")
+            .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false").getOrCreate()
+        )
+        spark.sparkContext.setLogLevel("ERROR")
+        # Warm up the JVM, the Python workers and their connections.
+        asyncio.run(make_stream(server.url, "WARM"))
+        connector_batch_write(spark, server.url, "WARM", 5_000, 100, 2)
+        n = 0
+        for rows, size in write_sizes:
+            raw_best = conn_best = float("inf")
+            for _ in range(args.repeat):
+                n += 1
+                raw_stream, conn_stream = f"RAW{n}", f"CONN{n}"
+                asyncio.run(make_stream(server.url, raw_stream))
+                raw_best = min(raw_best, asyncio.run(raw_publish(server.url, raw_stream, rows, size)))
+                asyncio.run(make_stream(server.url, conn_stream))
+                conn_best = min(conn_best, connector_batch_write(spark, server.url, conn_stream, rows, size, 2))
+                stored = asyncio.run(stream_messages(server.url, conn_stream))
+                assert stored == rows, (stored, rows)
+            base = f"raw nats-py publish {rows // 1000}k x {size} B"
+            results.append(Result(base, rows, size, raw_best))
+            results.append(Result(f"batch write {rows // 1000}k x {size} B (2 partitions)", rows, size, conn_best, base))
+        spark.stop()
+    print_table(results)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
