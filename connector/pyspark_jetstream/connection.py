@@ -8,14 +8,15 @@ options) at ERROR level, so it is replaced by one that logs only the type.
 
 from __future__ import annotations
 
-import logging
+import asyncio
 import ssl
 from typing import Any
 
 from .errors import NatsConnectError
+from .logs import get_logger
 from .options import ConnectionOptions
 
-log = logging.getLogger("pyspark_jetstream.connection")
+log = get_logger("connection")
 
 CLIENT_NAME = "pyspark-jetstream"
 
@@ -87,10 +88,12 @@ async def open_connection(opts: ConnectionOptions):
     import nats.errors
 
     seen: list[BaseException] = []
+    # nats-py can stall in a failing TLS upgrade; bound the whole first connect.
+    budget = opts.connect_timeout * (INITIAL_CONNECT_ATTEMPTS + 1) + 2.0
     try:
-        nc = await nats.connect(**connect_kwargs(opts, seen))
+        nc = await asyncio.wait_for(nats.connect(**connect_kwargs(opts, seen)), budget)
     except Exception as exc:  # nats-py raises a zoo of types here; translate them all
-        if seen and isinstance(exc, nats.errors.NoServersError):
+        if seen and isinstance(exc, (nats.errors.NoServersError, asyncio.TimeoutError)):
             exc = seen[-1]
         text = str(exc).lower()
         reason = type(exc).__name__
@@ -98,8 +101,8 @@ async def open_connection(opts: ConnectionOptions):
             reason = "the server refused the credentials (authorization violation)"
         elif isinstance(exc, nats.errors.NoServersError) or "no servers" in text:
             reason = "no server answered"
-        elif isinstance(exc, ssl.SSLError):
-            reason = f"TLS handshake failed ({exc.__class__.__name__}: {getattr(exc, 'reason', '')})"
+        elif isinstance(exc, ssl.SSLError) or "ssl" in text or "certificate" in text:
+            reason = f"TLS handshake failed ({type(exc).__name__}: {getattr(exc, 'reason', None) or exc})"
         elif isinstance(exc, TimeoutError):
             reason = f"timed out after connectTimeout={opts.connect_timeout:g}s"
         raise NatsConnectError(

@@ -87,7 +87,7 @@ class Publisher:
             self._fail(token, frame, int(error.get("code", 0)), error.get("err_code"), error.get("description", ""), dead_letter)
         elif dead_letter:
             self.dead_lettered += 1
-        elif b'"duplicate":true' in data:
+        elif b'"duplicate"' in data:  # the server writes '"duplicate": true' (with a space)
             self.duplicates += 1
         else:
             self.stored += 1

@@ -15,15 +15,15 @@ something:
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass
 from typing import Any
 
 from . import jsapi
 from .errors import JetStreamApiError, StreamConfigError
+from .logs import get_logger
 from .options import SinkOptions
 
-log = logging.getLogger("pyspark_jetstream.stream_admin")
+log = get_logger("stream_admin")
 
 _NS = 1_000_000_000
 

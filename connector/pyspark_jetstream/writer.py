@@ -16,7 +16,6 @@ within the stream's duplicate window.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -30,10 +29,11 @@ from pyspark.sql.datasource import (
 from . import headers as hdrs
 from . import runtime
 from .errors import PublishError
+from .logs import get_logger
 from .options import SinkOptions
 from .sink_encoder import EncoderConfig, InputLayout, RowRejection
 
-log = logging.getLogger("pyspark_jetstream.sink")
+log = get_logger("sink")
 
 DLQ_ERROR = "Spark-JetStream-Error"
 DLQ_ERR_CODE = "Spark-JetStream-Err-Code"

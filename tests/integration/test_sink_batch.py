@@ -271,3 +271,35 @@ def test_tiny_ack_windows_make_progress(spark, nats_server, nats_client, stream_
     df = spark.createDataFrame([(str(i),) for i in range(50)], "data string")
     write(df, nats_server, stream=stream_name, subject=f"{stream_name}.x", maxPendingAcks=window)
     assert nats_client.stream_state(stream_name)["messages"] == 50
+
+
+def test_task_commit_message_counts_published_duplicates_dead_letters_expired(spark, nats_server, nats_client, stream_name):
+    """write_partition (what each Spark task runs) against the real server, outside Spark."""
+    import pyarrow as pa
+
+    from pyspark_jetstream.sink_setup import plan_sink
+    from pyspark_jetstream.writer import log_totals, write_partition
+
+    nats_client.add_stream(stream_name, [f"{stream_name}.>"], allow_msg_ttl=True)
+    nats_client.add_stream(stream_name + "DLQ", [f"{stream_name}dlq"])
+    now = dt.datetime.now(dt.timezone.utc)
+    rows = [("m1", "a", now + dt.timedelta(hours=1)), ("m2", "b", now + dt.timedelta(hours=1)),
+            ("m3", "c", now - dt.timedelta(seconds=5)), ("m4", "d", None)]
+    schema = "msg_id string, data string, expires_at timestamp, ttl string"
+    df = spark.createDataFrame([(*r, "500ms" if r[0] == "m4" else None) for r in rows], schema)
+    options = {"servers": nats_server.url, "stream": stream_name, "subject": f"{stream_name}.x",
+               "preserveExpiry": "true", "deadLetterSubject": f"{stream_name}dlq"}
+    plan = plan_sink(options, df.schema, overwrite=False, streaming=False)
+    batch = pa.RecordBatch.from_pylist(
+        [{"msg_id": r[0], "data": r[1], "expires_at": r[2], "ttl": "500ms" if r[0] == "m4" else None} for r in rows],
+        schema=pa.schema([("msg_id", pa.string()), ("data", pa.string()), ("expires_at", pa.timestamp("us", tz="UTC")),
+                          ("ttl", pa.string())]),
+    )
+    first = write_partition(plan, [batch])
+    second = write_partition(plan, [batch])
+    assert (first.published, first.duplicates, first.dead_lettered, first.expired) == (2, 0, 1, 1)
+    assert (second.published, second.duplicates, second.dead_lettered, second.expired) == (0, 2, 1, 1)
+    assert log_totals([first, second]) == {"published": 2, "duplicates": 2, "dead_lettered": 2, "expired": 2}
+    assert nats_client.stream_state(stream_name)["messages"] == 2
+    # The dead letter carries a deterministic id too, so the second one was a duplicate in the DLQ stream.
+    assert nats_client.stream_state(stream_name + "DLQ")["messages"] == 1

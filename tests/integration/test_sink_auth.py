@@ -1,0 +1,59 @@
+"""Authentication options against servers configured for them."""
+
+from __future__ import annotations
+
+import os
+
+import nkeys
+import pytest
+
+from pyspark_jetstream.server import EmbeddedNatsServer
+
+from ..certs import make_pki
+
+
+def _write_one(spark, url, **options):
+    # ensureStream=create makes the stream through the authenticated connection; the write
+    # succeeding means every PubAck came back from it.
+    df = spark.createDataFrame([("hello",)], "data string")
+    w = (df.write.format("jetstream").mode("append").option("servers", url).option("subject", "auth.x")
+         .option("stream", "AUTH").option("ensureStream", "create"))
+    for k, v in options.items():
+        w = w.option(k, v)
+    w.save()
+
+
+def test_nkey_seed_file(spark, tmp_path):
+    seed = nkeys.encode_seed(os.urandom(32), nkeys.PREFIX_BYTE_USER)
+    public = nkeys.from_seed(seed).public_key.decode()
+    seed_file = tmp_path / "user.nk"
+    seed_file.write_bytes(seed)
+    with EmbeddedNatsServer(config=f'authorization {{ users = [ {{ nkey: "{public}" }} ] }}') as server:
+        _write_one(spark, server.url, nkeySeedFile=str(seed_file))
+        other = tmp_path / "other.nk"
+        other.write_bytes(nkeys.encode_seed(os.urandom(32), nkeys.PREFIX_BYTE_USER))
+        with pytest.raises(Exception, match="refused the credentials") as info:
+            _write_one(spark, server.url, nkeySeedFile=str(other))
+        assert seed.decode() not in str(info.value)
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory):
+    return make_pki(tmp_path_factory.mktemp("pki"))
+
+
+def test_tls_with_ca(spark, pki):
+    config = f'tls {{ cert_file: "{pki["server_cert"]}", key_file: "{pki["server_key"]}" }}'
+    with EmbeddedNatsServer(config=config) as server:
+        _write_one(spark, server.url, tlsCaFile=pki["ca"])
+        with pytest.raises(Exception, match="Cannot connect to NATS.*TLS handshake failed.*CERTIFICATE_VERIFY_FAILED"):
+            _write_one(spark, server.url, connectTimeout="2s")  # no CA: the server's certificate is not trusted
+
+
+def test_mutual_tls(spark, pki):
+    config = (f'tls {{ cert_file: "{pki["server_cert"]}", key_file: "{pki["server_key"]}", '
+              f'ca_file: "{pki["ca"]}", verify: true }}')
+    with EmbeddedNatsServer(config=config) as server:
+        _write_one(spark, server.url, tlsCaFile=pki["ca"], tlsCertFile=pki["client_cert"], tlsKeyFile=pki["client_key"])
+        with pytest.raises(Exception, match="Cannot connect to NATS"):
+            _write_one(spark, server.url, tlsCaFile=pki["ca"], connectTimeout="2s")  # no client certificate
