@@ -1,0 +1,125 @@
+"""Offsets, read limits, range splitting and data-loss detection, free of I/O.
+
+**What an offset means.** A checkpointed offset is ``{"stream": NAME, "seq": N}``:
+every stream sequence up to and *including* N has been planned. A micro-batch
+from offset ``start`` to offset ``end`` reads the sequences ``(start.seq,
+end.seq]``. User-facing sequence numbers (``startingOffsets=42``,
+``endingOffsets=99``) are inclusive; :func:`offset_before` is the one place
+that converts an inclusive first sequence into an offset.
+
+Replaying a range after a restart yields the same messages as long as they
+are still in the stream: that determinism is what makes a query exactly-once
+with an idempotent sink.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .errors import JetStreamConnectorError
+
+
+class DataLossError(JetStreamConnectorError):
+    """Planned sequences were removed from the stream before they were read."""
+
+    def __init__(self, stream: str, first_lost: int, last_lost: int, first_available: int) -> None:
+        self.stream = stream
+        self.first_lost = first_lost
+        self.last_lost = last_lost
+        super().__init__(
+            f"Data loss in stream '{stream}': sequences {first_lost}..{last_lost} were removed (limits, purge or "
+            f"TTL) before this query read them; the stream now starts at {first_available}. Some data may have "
+            "been lost because it is not available in JetStream any more. If you want the query to go on and "
+            "skip the lost range, set the source option 'failOnDataLoss' to 'false'."
+        )
+
+
+@dataclass(frozen=True)
+class StreamBounds:
+    """The part of STREAM.INFO planning needs."""
+
+    first_seq: int
+    last_seq: int
+
+
+def make_offset(stream: str, seq: int) -> dict:
+    return {"stream": stream, "seq": int(seq)}
+
+
+def offset_seq(offset: dict, stream: str) -> int:
+    if offset.get("stream") != stream:
+        raise JetStreamConnectorError(
+            f"The checkpoint's offset names stream {offset.get('stream')!r}, but the query reads {stream!r}. "
+            "Start the query with a new checkpointLocation to read another stream."
+        )
+    return int(offset["seq"])
+
+
+def offset_before(first_seq: int) -> int:
+    """The offset that plans nothing before the inclusive sequence ``first_seq``."""
+    return max(first_seq - 1, 0)
+
+
+def initial_seq(mode: str, bounds: StreamBounds, *, sequence: int | None = None,
+                timestamp_seq: int | None = None) -> int:
+    """The starting offset's seq for ``earliest`` | ``latest`` | ``sequence`` | ``timestamp``.
+
+    ``timestamp_seq`` is the first sequence at or after the starting timestamp,
+    or ``None`` when no message is that recent (the query then starts at the end).
+    """
+    if mode == "earliest":
+        return offset_before(bounds.first_seq) if bounds.first_seq else 0
+    if mode == "latest":
+        return bounds.last_seq
+    if mode == "sequence":
+        assert sequence is not None
+        return offset_before(sequence)
+    if mode == "timestamp":
+        return bounds.last_seq if timestamp_seq is None else offset_before(timestamp_seq)
+    raise ValueError(mode)
+
+
+def end_seq(start: int, latest: int, max_rows: int | None) -> int:
+    """The end of the next micro-batch: all that is available, or ``max_rows`` sequences of it."""
+    end = max(latest, start)
+    if max_rows is not None:
+        end = min(end, start + max_rows)
+    return end
+
+
+@dataclass(frozen=True)
+class SeqRange:
+    """Inclusive sequence range ``first..last`` read by one Spark partition."""
+
+    index: int
+    first: int
+    last: int
+
+    @property
+    def length(self) -> int:
+        return self.last - self.first + 1
+
+
+def split_range(start: int, end: int, num_partitions: int) -> list[SeqRange]:
+    """Split ``(start, end]`` into at most ``num_partitions`` contiguous, non-empty, near-equal ranges."""
+    total = end - start
+    if total <= 0:
+        return []
+    parts = max(1, min(num_partitions, total))
+    base, extra = divmod(total, parts)
+    ranges, first = [], start + 1
+    for i in range(parts):
+        length = base + (1 if i < extra else 0)
+        ranges.append(SeqRange(i, first, first + length - 1))
+        first += length
+    return ranges
+
+
+def lost_range(start: int, end: int, bounds: StreamBounds) -> tuple[int, int] | None:
+    """Sequences of ``(start, end]`` below the stream's first sequence, or None.
+
+    Gaps *inside* the stream (deleted or expired messages) are normal and never loss.
+    """
+    if end <= start or start + 1 >= bounds.first_seq:
+        return None
+    return start + 1, min(bounds.first_seq - 1, end)

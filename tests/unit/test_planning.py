@@ -1,0 +1,81 @@
+"""Offset planning: initial offsets, read limits, splitting, data loss."""
+
+import pytest
+
+from pyspark_jetstream.errors import JetStreamConnectorError
+from pyspark_jetstream.planning import (
+    DataLossError,
+    SeqRange,
+    StreamBounds,
+    end_seq,
+    initial_seq,
+    lost_range,
+    make_offset,
+    offset_seq,
+    split_range,
+)
+
+B = StreamBounds(first_seq=10, last_seq=100)
+
+
+@pytest.mark.parametrize(
+    "mode, kw, expected",
+    [
+        ("earliest", {}, 9), ("latest", {}, 100), ("sequence", {"sequence": 42}, 41), ("sequence", {"sequence": 1}, 0),
+        ("timestamp", {"timestamp_seq": 50}, 49), ("timestamp", {"timestamp_seq": None}, 100),
+    ],
+)
+def test_initial_offsets(mode, kw, expected):
+    assert initial_seq(mode, B, **kw) == expected
+
+
+def test_earliest_of_a_new_empty_stream():
+    assert initial_seq("earliest", StreamBounds(0, 0)) == 0
+    # After a purge the server reports first = last + 1.
+    assert initial_seq("earliest", StreamBounds(101, 100)) == 100
+
+
+@pytest.mark.parametrize(
+    "start, latest, limit, expected",
+    [(0, 100, None, 100), (0, 100, 30, 30), (90, 100, 30, 100), (100, 100, 5, 100), (100, 90, None, 100)],
+)
+def test_end_honours_read_limits(start, latest, limit, expected):
+    assert end_seq(start, latest, limit) == expected
+
+
+@pytest.mark.parametrize("start, end, n", [(0, 100, 3), (5, 6, 4), (0, 7, 7), (0, 3, 8), (10, 1010, 1), (0, 1_000_001, 16)])
+def test_split_is_contiguous_non_empty_and_bounded(start, end, n):
+    ranges = split_range(start, end, n)
+    assert 1 <= len(ranges) <= n
+    assert ranges[0].first == start + 1 and ranges[-1].last == end
+    for a, b in zip(ranges, ranges[1:], strict=False):
+        assert b.first == a.last + 1
+    assert all(r.length >= 1 for r in ranges)
+    assert max(r.length for r in ranges) - min(r.length for r in ranges) <= 1
+    assert [r.index for r in ranges] == list(range(len(ranges)))
+
+
+def test_empty_range_gives_no_partition():
+    assert split_range(50, 50, 4) == []
+    assert split_range(50, 40, 4) == []
+    assert split_range(0, 1, 4) == [SeqRange(0, 1, 1)]
+
+
+@pytest.mark.parametrize(
+    "start, end, first, expected",
+    [(0, 100, 1, None), (0, 100, 10, (1, 9)), (20, 100, 10, None), (9, 100, 10, None), (0, 5, 10, (1, 5)),
+     (50, 50, 100, None)],
+)
+def test_lost_range(start, end, first, expected):
+    assert lost_range(start, end, StreamBounds(first, 200)) == expected
+
+
+def test_data_loss_message_names_stream_range_and_option():
+    text = str(DataLossError("ORDERS", 1, 9, 10))
+    assert "ORDERS" in text and "1..9" in text and "failOnDataLoss" in text
+
+
+def test_offsets_are_tied_to_their_stream():
+    assert offset_seq(make_offset("S", 5), "S") == 5
+    with pytest.raises(JetStreamConnectorError, match="new checkpointLocation"):
+        offset_seq(make_offset("OTHER", 5), "S")
