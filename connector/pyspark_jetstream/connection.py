@@ -87,11 +87,14 @@ async def open_connection(opts: ConnectionOptions):
     import nats
     import nats.errors
 
+    from .wire import ConnectionEvents
+
     seen: list[BaseException] = []
+    events = ConnectionEvents()
     # nats-py can stall in a failing TLS upgrade; bound the whole first connect.
     budget = opts.connect_timeout * (INITIAL_CONNECT_ATTEMPTS + 1) + 2.0
     try:
-        nc = await asyncio.wait_for(nats.connect(**connect_kwargs(opts, seen)), budget)
+        nc = await asyncio.wait_for(nats.connect(**connect_kwargs(opts, seen), **events.callbacks()), budget)
     except Exception as exc:  # nats-py raises a zoo of types here; translate them all
         if seen and isinstance(exc, (nats.errors.NoServersError, asyncio.TimeoutError)):
             exc = seen[-1]
@@ -110,4 +113,5 @@ async def open_connection(opts: ConnectionOptions):
             "Check the option 'servers' and the authentication options."
         ) from None
     nc.options["max_reconnect_attempts"] = -1  # from now on, ride through restarts
+    nc._pyspark_jetstream_events = events
     return nc

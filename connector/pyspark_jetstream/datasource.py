@@ -23,6 +23,34 @@ class JetStreamDataSource(DataSource):
     def name(cls) -> str:
         return "jetstream"
 
+    def schema(self) -> str:
+        from .source_rows import KV_SCHEMA_DDL, SOURCE_SCHEMA_DDL
+
+        return KV_SCHEMA_DDL if "bucket" in self.options else SOURCE_SCHEMA_DDL
+
+    def _source_options(self, schema, streaming: bool):
+        from .errors import SchemaError
+        from .options import parse_source_options
+
+        opts = parse_source_options(self.options, streaming=streaming)
+        expected = [part.strip().split(" ")[0] for part in self.schema().split(", ") if " " in part.strip()]
+        expected = [name for name in expected if not name.startswith(("string", "array", "binary"))]
+        if schema is not None and [f.name for f in schema.fields] != expected:
+            raise SchemaError(
+                f"The JetStream source has a fixed schema ({self.schema()}); do not pass another one to .schema()."
+            )
+        return opts
+
+    def reader(self, schema):
+        from .reader import JetStreamBatchReader
+
+        return JetStreamBatchReader(self._source_options(schema, streaming=False))
+
+    def streamReader(self, schema):
+        from .reader import JetStreamStreamReader
+
+        return JetStreamStreamReader(self._source_options(schema, streaming=True))
+
     def writer(self, schema, overwrite: bool):
         from .sink_setup import plan_sink
         from .writer import JetStreamBatchWriter

@@ -21,6 +21,7 @@ ERR_EXPECTED_STREAM_MISMATCH = 10060
 ERR_MESSAGE_TTL_INVALID = 10165
 ERR_MESSAGE_TTL_DISABLED = 10166
 ERR_NO_MESSAGE_FOUND = 10037
+ERR_CONSUMER_NOT_FOUND = 10014
 
 
 async def request(nc, api: str, body: dict[str, Any] | None = None, timeout: float = 10.0) -> dict[str, Any]:
@@ -62,3 +63,39 @@ async def create_stream(nc, config: dict[str, Any]) -> dict[str, Any]:
 
 async def update_stream(nc, config: dict[str, Any]) -> dict[str, Any]:
     return await request(nc, f"STREAM.UPDATE.{config['name']}", config)
+
+
+async def first_seq_at_or_after(nc, stream: str, when) -> int | None:
+    """The first sequence stored at or after ``when`` (server-side binary search), or None."""
+    text = when.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    try:
+        reply = await request(nc, f"STREAM.MSG.GET.{stream}", {"start_time": text})
+    except JetStreamApiError as exc:
+        if exc.err_code == ERR_NO_MESSAGE_FOUND:
+            return None
+        raise
+    return int(reply["message"]["seq"])
+
+
+async def consumer_info(nc, stream: str, consumer: str) -> dict[str, Any] | None:
+    try:
+        return await request(nc, f"CONSUMER.INFO.{stream}.{consumer}")
+    except JetStreamApiError as exc:
+        if exc.err_code == ERR_CONSUMER_NOT_FOUND:
+            return None
+        raise
+
+
+async def move_bookmark(nc, stream: str, consumer: str, next_seq: int, filters: tuple[str, ...]) -> None:
+    """Point durable AckNone consumer ``consumer`` at ``next_seq`` (consumer reset API, nats-server 2.14+)."""
+    if await consumer_info(nc, stream, consumer) is None:
+        config: dict[str, Any] = {
+            "durable_name": consumer, "name": consumer, "ack_policy": "none",
+            "deliver_policy": "by_start_sequence", "opt_start_seq": max(next_seq, 1),
+            "description": "pyspark-jetstream bookmark: the next sequence the Spark query will read",
+        }
+        if filters:
+            config["filter_subjects"] = list(filters)
+        await request(nc, f"CONSUMER.CREATE.{stream}.{consumer}", {"stream_name": stream, "config": config})
+        return
+    await request(nc, f"CONSUMER.RESET.{stream}.{consumer}", {"seq": max(next_seq, 1)})

@@ -365,10 +365,8 @@ def _connection_from(values: Mapping[str, Any]) -> ConnectionOptions:
     )
 
 
-def parse_sink_options(raw: Mapping[str, str], *, source_specs: Iterable[OptionSpec] = ()) -> SinkOptions:
-    values = parse_table(
-        raw, CONNECTION_OPTIONS + SINK_OPTIONS, direction="writing", other_direction=source_specs
-    )
+def parse_sink_options(raw: Mapping[str, str]) -> SinkOptions:
+    values = parse_table(raw, CONNECTION_OPTIONS + SINK_OPTIONS, direction="writing", other_direction=SOURCE_OPTIONS)
     connection = _connection_from(values)
     ensure = values["ensureStream"]
     if ensure in ("create", "update") and values["stream"] is None:
@@ -407,4 +405,182 @@ def parse_sink_options(raw: Mapping[str, str], *, source_specs: Iterable[OptionS
         dead_letter_subject=values["deadLetterSubject"],
         allow_rollup=values["allowRollup"],
         stream_settings=settings,
+    )
+
+
+# ---------------------------------------------------------------- source
+
+_NAME_RE = re.compile(r"[A-Za-z0-9_-]+")
+
+
+def parse_name(raw: str) -> str:
+    if not _NAME_RE.fullmatch(raw.strip()):
+        raise ValueError(raw)
+    return raw.strip()
+
+
+def parse_starting_offsets(raw: str) -> tuple[str, int | None]:
+    text = raw.strip().lower()
+    if text in ("earliest", "latest"):
+        return text, None
+    if text.isdigit() and int(text) >= 1:
+        return "sequence", int(text)
+    raise ValueError(raw)
+
+
+def parse_ending_offsets(raw: str) -> int | None:
+    text = raw.strip().lower()
+    if text == "latest":
+        return None
+    if text.isdigit() and int(text) >= 1:
+        return int(text)
+    raise ValueError(raw)
+
+
+def parse_timestamp(raw: str):
+    """ISO-8601 (a naive time is UTC) or epoch milliseconds, as a UTC datetime."""
+    import datetime as dt
+
+    text = raw.strip()
+    if re.fullmatch(r"\d{1,16}", text):
+        return dt.datetime.fromtimestamp(int(text) / 1000, tz=dt.timezone.utc)
+    value = dt.datetime.fromisoformat(text.replace("Z", "+00:00").replace("z", "+00:00"))
+    return value.replace(tzinfo=dt.timezone.utc) if value.tzinfo is None else value.astimezone(dt.timezone.utc)
+
+
+def _default_partitions() -> str:
+    return str(os.cpu_count() or 2)
+
+
+SOURCE_OPTIONS: tuple[OptionSpec, ...] = (
+    OptionSpec("stream", None, "Expected a stream name without whitespace, '.', '*', '>', '/' or '\\'.",
+               "Stream to read (required unless `bucket` is set).", parse_stream_name),
+    OptionSpec("subjects", None, "Expected comma-separated subjects, wildcards allowed, such as 'orders.>,refunds.*'.",
+               "Only read messages on these subjects (consumer filter subjects). Default: all.", parse_subject_filters),
+    OptionSpec("bucket", None, "Expected a KV bucket name (letters, digits, '-' and '_').",
+               "Read a KV bucket's change log (stream `KV_<bucket>`); adds the columns `key` and `operation`.",
+               parse_name),
+    OptionSpec("startingOffsets", None, "Expected 'earliest', 'latest' or a stream sequence >= 1 (inclusive).",
+               "Where a new query starts: `earliest`, `latest` or an inclusive stream sequence. Default: `latest` "
+               "for streaming, `earliest` for batch. Ignored when the checkpoint has an offset.",
+               parse_starting_offsets),
+    OptionSpec("startingTimestamp", None, "Expected an ISO-8601 time such as '2026-01-31T12:00:00Z' or epoch milliseconds.",
+               "Start at the first message stored at or after this time (instead of `startingOffsets`).",
+               parse_timestamp),
+    OptionSpec("endingOffsets", "latest", "Expected 'latest' or a stream sequence >= 1 (inclusive).",
+               "Batch reads only: the last sequence to read, inclusive.", parse_ending_offsets),
+    OptionSpec("maxMessagesPerTrigger", None, "Expected an integer >= 1.",
+               "Streaming: at most this many sequences per micro-batch (Spark's ReadMaxRows).", parse_int_range(1)),
+    OptionSpec("numPartitions", None, "Expected an integer from 1 to 10000.",
+               "Spark partitions per micro-batch: the sequence range is split into at most this many contiguous "
+               "ranges. Default: the driver host's core count.", parse_int_range(1, 10_000)),
+    OptionSpec("failOnDataLoss", "true", "Expected 'true' or 'false'.",
+               "Fail when planned sequences were removed from the stream before being read (limits, purge, TTL); "
+               "`false` logs a warning with the range and goes on.", parse_bool),
+    OptionSpec("bookmarkConsumer", None, "Expected a consumer name (letters, digits, '-' and '_').",
+               "Streaming: a durable AckNone consumer of this name is moved to each committed offset, so NATS "
+               "tools show the query's progress and lag. Spark's checkpoint stays the source of truth.", parse_name),
+    OptionSpec("includeMarkers", "true", "Expected 'true' or 'false'.",
+               "Keep the delete markers the server places (`marker_reason` set); `false` drops them.", parse_bool),
+    OptionSpec("batchSize", "10000", "Expected an integer from 1 to 1000000.",
+               "Rows per Arrow batch handed to Spark; with the consume buffer it bounds a partition's memory.",
+               parse_int_range(1, 1_000_000)),
+    OptionSpec("consume.maxMessages", None, "Expected an integer >= 1.",
+               "ADR-37 buffer size in messages (default 10000); exclusive with `consume.maxBytes`.", parse_int_range(1)),
+    OptionSpec("consume.maxBytes", None, "Expected an integer >= 1.",
+               "ADR-37 buffer size in bytes; exclusive with `consume.maxMessages`.", parse_int_range(1)),
+    OptionSpec("consume.thresholdMessages", None, "Expected an integer >= 0.",
+               "Pull again when fewer messages than this are pending (default 50% of the buffer).", parse_int_range(0)),
+    OptionSpec("consume.thresholdBytes", None, "Expected an integer >= 0.",
+               "Bytes mode: pull again when fewer bytes than this are pending (default 50%).", parse_int_range(0)),
+    OptionSpec("consume.expires", "30s", "Expected a duration of at least 1s, such as '30s'.",
+               "Lifetime of each pull request.", parse_duration_seconds(1.0)),
+    OptionSpec("consume.idleHeartbeat", None, "Expected a duration from 500ms to 30s, at most half of consume.expires.",
+               "Server heartbeat interval; two missed heartbeats trigger a re-pull (default: half of "
+               "`consume.expires`, at most 30s).", parse_duration_seconds(0.5)),
+    OptionSpec("consume.maxWait", "60s", "Expected a duration of at least 1s, such as '60s'.",
+               "Give up a partition with a clear error after this long without progress (server gone, consumer "
+               "lost and not recreatable).", parse_duration_seconds(1.0)),
+)
+
+
+@dataclass(frozen=True)
+class SourceOptions:
+    connection: ConnectionOptions
+    stream: str
+    subjects: tuple[str, ...] | None
+    bucket: str | None
+    starting: tuple[str, Any]  # ("earliest"|"latest"|"sequence"|"timestamp", value)
+    ending_seq: int | None
+    max_messages_per_trigger: int | None
+    num_partitions: int
+    fail_on_data_loss: bool
+    bookmark_consumer: str | None
+    include_markers: bool
+    batch_size: int
+    consume: Any  # pull_engine.ConsumeConfig
+    max_wait: float
+
+    @property
+    def filter_subjects(self) -> tuple[str, ...]:
+        if self.subjects:
+            return self.subjects
+        if self.bucket:
+            return (f"$KV.{self.bucket}.>",)
+        return ()
+
+
+def parse_source_options(raw: Mapping[str, str], *, streaming: bool) -> SourceOptions:
+    from .pull_engine import ConsumeConfig
+
+    values = parse_table(raw, CONNECTION_OPTIONS + SOURCE_OPTIONS, direction="reading", other_direction=SINK_OPTIONS)
+    given = {k.lower() for k in raw}
+    connection = _connection_from(values)
+    if values["bucket"] is not None and values["stream"] is not None:
+        raise OptionError("bucket", values["bucket"], "Set either 'stream' or 'bucket', not both.")
+    if values["bucket"] is None and values["stream"] is None:
+        raise OptionError("stream", None, "Name the stream to read in option 'stream' (or a KV bucket in 'bucket').")
+    stream = values["stream"] or f"KV_{values['bucket']}"
+    if values["startingOffsets"] is not None and values["startingTimestamp"] is not None:
+        raise OptionError("startingTimestamp", raw.get("startingTimestamp", "<set>"),
+                          "Set either 'startingOffsets' or 'startingTimestamp', not both.")
+    if values["startingTimestamp"] is not None:
+        starting: tuple[str, Any] = ("timestamp", values["startingTimestamp"])
+    elif values["startingOffsets"] is not None:
+        starting = values["startingOffsets"]
+    else:
+        starting = ("latest", None) if streaming else ("earliest", None)
+    if streaming and "endingoffsets" in given:
+        raise OptionError("endingOffsets", values["endingOffsets"], "It applies to batch reads only (spark.read).")
+    for name in ("maxMessagesPerTrigger", "bookmarkConsumer"):
+        if not streaming and name.lower() in given:
+            raise OptionError(name, values[name], "It applies to streaming reads only (spark.readStream).")
+    try:
+        consume = ConsumeConfig.build(
+            max_messages=values["consume.maxMessages"],
+            max_bytes=values["consume.maxBytes"],
+            threshold_messages=values["consume.thresholdMessages"],
+            threshold_bytes=values["consume.thresholdBytes"],
+            expires=values["consume.expires"],
+            idle_heartbeat=values["consume.idleHeartbeat"],
+        )
+    except ValueError as exc:
+        named = re.search(r"consume\.\w+", str(exc))
+        option = named.group(0) if named else "consume.maxMessages"
+        raise OptionError(option, raw.get(option, values.get(option)), f"Expected {exc}.") from None
+    return SourceOptions(
+        connection=connection,
+        stream=stream,
+        subjects=values["subjects"],
+        bucket=values["bucket"],
+        starting=starting,
+        ending_seq=values["endingOffsets"],
+        max_messages_per_trigger=values["maxMessagesPerTrigger"],
+        num_partitions=values["numPartitions"] or int(_default_partitions()),
+        fail_on_data_loss=values["failOnDataLoss"],
+        bookmark_consumer=values["bookmarkConsumer"],
+        include_markers=values["includeMarkers"],
+        batch_size=values["batchSize"],
+        consume=consume,
+        max_wait=values["consume.maxWait"],
     )

@@ -33,6 +33,11 @@ def _loop() -> asyncio.AbstractEventLoop:
         return _state["loop"]
 
 
+def loop() -> asyncio.AbstractEventLoop:
+    """The I/O loop of this process (started on first use)."""
+    return _loop()
+
+
 def run(coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
     """Run ``coro`` on the I/O loop and wait for its result (from any other thread)."""
     future = asyncio.run_coroutine_threadsafe(coro, _loop())

@@ -1,0 +1,333 @@
+"""Reading one partition's sequence range: the thin I/O driver around the ADR-37 engine.
+
+Per partition: an ephemeral AckNone consumer starting at the range's first
+sequence (in memory, one replica, a short inactive threshold), one inbox
+subscription receiving raw frames (wire.raw_subscribe), and raw
+``CONSUMER.MSG.NEXT`` pull requests whose size the :class:`PullEngine` decides.
+Batches go to Spark's thread through a queue; at most :data:`MAX_BATCHES_AHEAD`
+wait there, and no pull is sent while they do, so memory is bounded by
+``batchSize`` and the consume buffer, never by the range.
+
+The partition ends when it delivered the range's last sequence, when the
+consumer reports nothing pending (the range's tail may have been deleted), or
+when it sees a sequence past the range. Consumer-sequence gaps (messages lost
+in flight), a deleted or vanished consumer and reconnects recreate the
+consumer from the last delivered sequence + 1, as nats.go's ordered consumer
+does; ``consume.maxWait`` without progress ends the partition with an error.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import queue
+import time
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+from . import runtime
+from .errors import JetStreamApiError, JetStreamConnectorError
+from .jsapi import request
+from .logs import get_logger
+from .metadata import fast_fields
+from .options import SourceOptions
+from .pull_engine import Outcome, PullEngine
+from .source_rows import BatchBuilder
+from .wire import events_of, raw_subscribe, raw_unsubscribe, send_raw
+
+log = get_logger("source")
+
+MAX_BATCHES_AHEAD = 2
+_ACK_PREFIX = b"$JS.ACK."
+_DONE = object()
+
+
+class PartitionReadError(JetStreamConnectorError):
+    """A partition could not be read to its end."""
+
+
+def parse_status(block: bytes) -> tuple[int, str, dict[str, str]]:
+    """``NATS/1.0 <code> <description>`` and the headers of a status message."""
+    lines = block.decode("utf-8", "replace").split("\r\n")
+    first = lines[0][len("NATS/1.0"):].strip()
+    code_text, _, description = first.partition(" ")
+    headers = {}
+    for line in lines[1:]:
+        name, sep, value = line.partition(":")
+        if sep:
+            headers[name.strip()] = value.strip()
+    return (int(code_text) if code_text.isdigit() else 0), description.strip(), headers
+
+
+def _int_header(headers: dict[str, str], name: str) -> int | None:
+    value = headers.get(name)
+    try:
+        return int(value) if value is not None else None
+    except ValueError:
+        return None
+
+
+class PartitionReader:
+    def __init__(self, opts: SourceOptions, stream: str, first: int, last: int, out: queue.Queue) -> None:
+        self.opts = opts
+        self.stream = stream
+        self.first = first
+        self.last = last
+        self.out = out
+        self.builder = BatchBuilder(stream, include_markers=opts.include_markers, kv_bucket=opts.bucket)
+        self.engine = PullEngine(opts.consume, range_left=last - first + 1, now=time.monotonic())
+        self.last_sseq = first - 1
+        self.last_dseq = 0
+        self.ahead = 0
+        self.done = False
+        self.resetting = False
+        self.last_progress = time.monotonic()
+        self.consumer: str | None = None
+        self.nc: Any = None
+        self.sub: Any = None
+        self.watchdog: asyncio.Task | None = None
+        self.resets = 0
+
+    # ---------------------------------------------------------------- lifecycle
+
+    async def start(self) -> None:
+        try:
+            self.nc = await runtime.connection(self.opts.connection)
+            events_of(self.nc).listeners.add(self)
+            self.watchdog = asyncio.ensure_future(self._watch())
+            await self._create_consumer(self.first)
+        except Exception as exc:
+            self._fail(exc)
+
+    async def _create_consumer(self, start_seq: int) -> None:
+        """A consumer from ``start_seq``, with a fresh inbox so that no frame of an
+        earlier consumer (late messages, statuses of old pulls) can reach this one."""
+        if self.sub is not None:
+            old, self.sub = self.sub, None
+            await raw_unsubscribe(self.nc, old)
+        self.inbox = self.nc.new_inbox()
+        self.sub = await raw_subscribe(self.nc, self.inbox, self._on_frame)
+        name = f"sparkjs_{uuid.uuid4().hex[:20]}"
+        config: dict[str, Any] = {
+            "name": name,
+            "deliver_policy": "by_start_sequence",
+            "opt_start_seq": start_seq,
+            "ack_policy": "none",
+            "mem_storage": True,
+            "num_replicas": 1,
+            "inactive_threshold": int(max(2 * self.opts.consume.expires, 30) * 1e9),
+        }
+        filters = self.opts.filter_subjects
+        if filters:
+            config["filter_subjects"] = list(filters)
+        reply = await request(self.nc, f"CONSUMER.CREATE.{self.stream}.{name}",
+                              {"stream_name": self.stream, "config": config})
+        self.consumer = name
+        self.last_dseq = 0
+        self.engine.reset_pending()
+        self.pull_subject = f"$JS.API.CONSUMER.MSG.NEXT.{self.stream}.{name}"
+        if reply.get("num_pending", 0) == 0:
+            self._finish()  # nothing matches from here on (the range's tail was deleted or filtered)
+        else:
+            self._maybe_pull()
+
+    def _delete_consumer(self, name: str | None) -> None:
+        if name is None or self.nc is None or self.nc.is_closed:
+            return
+
+        async def delete() -> None:
+            try:
+                await request(self.nc, f"CONSUMER.DELETE.{self.stream}.{name}", timeout=5)
+            except Exception:  # it is ephemeral: the inactive threshold reaps it anyway
+                log.debug("could not delete consumer %s", name)
+
+        asyncio.ensure_future(delete())
+
+    async def close(self) -> None:
+        """Release everything; safe to call more than once (also on early generator exit)."""
+        self.done = True
+        if self.watchdog is not None:
+            self.watchdog.cancel()
+        if self.nc is not None:
+            events_of(self.nc).listeners.discard(self)
+            if self.sub is not None:
+                try:
+                    await raw_unsubscribe(self.nc, self.sub)
+                except Exception:
+                    log.debug("unsubscribe failed", exc_info=True)
+                self.sub = None
+        self._delete_consumer(self.consumer)
+        self.consumer = None
+
+    def _finish(self) -> None:
+        if self.done:
+            return
+        self.done = True
+        if len(self.builder):
+            self.out.put(self.builder.build())
+        self.out.put(_DONE)
+        asyncio.ensure_future(self.close())
+
+    def _fail(self, exc: BaseException) -> None:
+        if self.done:
+            return
+        self.done = True
+        self.out.put(exc)
+        asyncio.ensure_future(self.close())
+
+    # ---------------------------------------------------------------- pulls
+
+    def _maybe_pull(self) -> None:
+        if self.done or self.resetting or self.ahead >= MAX_BATCHES_AHEAD or self.consumer is None:
+            return
+        request_ = self.engine.next_pull()
+        if request_ is None:
+            return
+        self.engine.on_pull_sent(request_)
+        body = request_.to_json()
+        frame = f"PUB {self.pull_subject} {self.inbox} {len(body)}\r\n".encode() + body + b"\r\n"
+        asyncio.ensure_future(send_raw(self.nc, frame))
+
+    def batch_consumed(self) -> None:
+        """Called (on the loop) when Spark's thread took a batch: room for more pulls."""
+        self.ahead -= 1
+        self._maybe_pull()
+
+    def _emit(self) -> None:
+        self.ahead += 1
+        self.out.put(self.builder.build())
+
+    # ---------------------------------------------------------------- frames
+
+    def _on_frame(self, subject: bytes, reply: bytes, data: bytes, headers: bytes | None) -> None:
+        if self.done:
+            return
+        if reply.startswith(_ACK_PREFIX):
+            self._on_message(subject, reply, data, headers)
+        elif headers is not None:
+            self._on_status(headers)
+
+    def _on_message(self, subject: bytes, reply: bytes, data: bytes, headers: bytes | None) -> None:
+        sseq, dseq, ts, pending = fast_fields(reply.decode())
+        if self.resetting:
+            return
+        if dseq != self.last_dseq + 1:
+            # A consumer-sequence gap: deliveries were lost (e.g. during a reconnect).
+            self._schedule_reset(f"consumer sequence jumped from {self.last_dseq} to {dseq}")
+            return
+        self.last_dseq = dseq
+        if sseq > self.last:
+            self._finish()
+            return
+        now = time.monotonic()
+        size = len(subject) + len(reply) + len(data) + (len(headers) if headers else 0)
+        self.engine.on_message(size, sseq - self.last_sseq, now)
+        self.last_sseq = sseq
+        self.last_progress = now
+        self.builder.add(subject, data, headers, sseq, ts)
+        if len(self.builder) >= self.opts.batch_size:
+            self._emit()
+        if sseq >= self.last or pending == 0:
+            self._finish()
+            return
+        self._maybe_pull()
+
+    def _on_status(self, block: bytes) -> None:
+        code, description, headers = parse_status(block)
+        verdict = self.engine.on_status(
+            code, description, _int_header(headers, "Nats-Pending-Messages"),
+            _int_header(headers, "Nats-Pending-Bytes"), time.monotonic(),
+        )
+        if verdict.outcome is Outcome.TERMINAL:
+            lowered = description.lower()
+            if code == 503 or lowered.startswith("consumer deleted"):
+                self._schedule_reset(f"the consumer is gone ({code} {description or 'no responders'})")
+            else:
+                self._fail(PartitionReadError(
+                    f"Reading stream '{self.stream}' sequences {self.first}..{self.last} failed: the server answered "
+                    f"the pull request with {code} {description}."
+                ))
+            return
+        if verdict.outcome is Outcome.WARN:
+            log.warning("stream %s: pull request ended with %s %s", self.stream, code, description)
+        self._maybe_pull()
+
+    # ---------------------------------------------------------------- recovery
+
+    def _schedule_reset(self, why: str) -> None:
+        if self.resetting or self.done:
+            return
+        self.resetting = True
+        old, self.consumer = self.consumer, None
+        self._delete_consumer(old)
+        log.warning("stream %s: recreating the partition's consumer from sequence %d: %s",
+                    self.stream, self.last_sseq + 1, why)
+        asyncio.ensure_future(self._reset())
+
+    async def _reset(self) -> None:
+        delay = 0.25
+        while not self.done:
+            try:
+                self.resets += 1
+                self.resetting = False
+                await self._create_consumer(self.last_sseq + 1)
+                return
+            except (JetStreamApiError, asyncio.TimeoutError, OSError) as exc:
+                self.resetting = True
+                if time.monotonic() - self.last_progress > self.opts.max_wait:
+                    self._fail(self._stalled_error(f"the consumer could not be recreated: {exc}"))
+                    return
+                await asyncio.sleep(delay)  # back off before asking the server again
+                delay = min(delay * 2, 5.0)
+            except Exception as exc:
+                self._fail(exc)
+                return
+
+    def _stalled_error(self, why: str) -> PartitionReadError:
+        return PartitionReadError(
+            f"Reading stream '{self.stream}' sequences {self.first}..{self.last} made no progress for "
+            f"{self.opts.max_wait:g}s after sequence {self.last_sseq} ({why}). Check the server; raise the "
+            "option 'consume.maxWait' if it is only slow."
+        )
+
+    async def _watch(self) -> None:
+        interval = min(0.5, self.opts.consume.idle_heartbeat / 2)
+        while not self.done:
+            await asyncio.sleep(interval)
+            now = time.monotonic()
+            if self.engine.heartbeat_missed(now):
+                log.warning("stream %s: missed heartbeats; pulling again", self.stream)
+                self._maybe_pull()
+            if not self.resetting and self.ahead == 0 and now - self.last_progress > self.opts.max_wait:
+                self._fail(self._stalled_error("no message, heartbeat or status"))
+
+    # ---------------------------------------------------------------- connection events
+
+    def on_disconnected(self) -> None:
+        self.engine.on_disconnect()
+
+    def on_reconnected(self) -> None:
+        self.engine.on_reconnect(time.monotonic())
+        self.last_progress = time.monotonic()
+        self._maybe_pull()
+
+
+def read_partition(opts: SourceOptions, stream: str, first: int, last: int) -> Iterator[Any]:
+    """Yield the partition's RecordBatches on Spark's thread while the loop thread reads."""
+    out: queue.Queue = queue.Queue()
+    reader = PartitionReader(opts, stream, first, last, out)
+    loop = runtime.loop()
+    runtime.submit(reader.start())
+    try:
+        while True:
+            item = out.get()
+            if item is _DONE:
+                return
+            if isinstance(item, BaseException):
+                raise item
+            loop.call_soon_threadsafe(reader.batch_consumed)
+            yield item
+    finally:
+        if not reader.done:
+            runtime.run(reader.close(), timeout=30)
+

@@ -1,0 +1,163 @@
+"""The Spark-facing source: thin reader classes around planning and the partition reader.
+
+Driver side (one long-lived Python process per query): offsets and read limits
+come from :mod:`planning`, stream facts from one cached connection. Executor
+side: :func:`partition_reader.read_partition` yields Arrow batches.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
+
+from . import jsapi, runtime
+from .errors import StreamConfigError
+from .logs import get_logger
+from .options import SourceOptions
+from .planning import (
+    DataLossError,
+    StreamBounds,
+    end_seq,
+    initial_seq,
+    lost_range,
+    make_offset,
+    offset_seq,
+    split_range,
+)
+
+log = get_logger("source")
+
+
+@dataclass(frozen=True)
+class JetStreamPartition(InputPartition):
+    """One Spark task's inclusive sequence range."""
+
+    stream: str
+    index: int
+    first: int
+    last: int
+
+
+def _bounds(opts: SourceOptions) -> StreamBounds:
+    async def info() -> dict | None:
+        nc = await runtime.connection(opts.connection)
+        return await jsapi.stream_info(nc, opts.stream)
+
+    reply = runtime.run(info(), timeout=opts.connection.connect_timeout * 3 + 30)
+    if reply is None:
+        what = f"KV bucket '{opts.bucket}' (stream {opts.stream})" if opts.bucket else f"Stream '{opts.stream}'"
+        raise StreamConfigError(f"{what} does not exist. Check the option '{'bucket' if opts.bucket else 'stream'}'.")
+    state = reply["state"]
+    return StreamBounds(first_seq=int(state.get("first_seq", 0)), last_seq=int(state.get("last_seq", 0)))
+
+
+def _starting_seq(opts: SourceOptions, bounds: StreamBounds) -> int:
+    mode, value = opts.starting
+    if mode == "timestamp":
+        async def lookup() -> int | None:
+            nc = await runtime.connection(opts.connection)
+            return await jsapi.first_seq_at_or_after(nc, opts.stream, value)
+
+        return initial_seq("timestamp", bounds, timestamp_seq=runtime.run(lookup(), timeout=60))
+    return initial_seq(mode, bounds, sequence=value)
+
+
+def _plan_partitions(opts: SourceOptions, start: int, end: int, bounds: StreamBounds) -> list[JetStreamPartition]:
+    lost = lost_range(start, end, bounds)
+    if lost is not None:
+        error = DataLossError(opts.stream, lost[0], lost[1], bounds.first_seq)
+        if opts.fail_on_data_loss:
+            raise error
+        log.warning("%s Going on from sequence %d (failOnDataLoss=false).", error, lost[1] + 1)
+        start = lost[1]
+    return [JetStreamPartition(opts.stream, r.index, r.first, r.last)
+            for r in split_range(start, end, opts.num_partitions)]
+
+
+def _read(opts: SourceOptions, partition: JetStreamPartition) -> Iterator[Any]:
+    from .partition_reader import read_partition
+
+    yield from read_partition(opts, partition.stream, partition.first, partition.last)
+
+
+class JetStreamBatchReader(DataSourceReader):
+    """``spark.read``: one fixed range, from ``startingOffsets`` to ``endingOffsets``."""
+
+    def __init__(self, opts: SourceOptions) -> None:
+        self.opts = opts
+        bounds = _bounds(opts)
+        self.start = _starting_seq(opts, bounds)
+        last = bounds.last_seq if opts.ending_seq is None else min(opts.ending_seq, bounds.last_seq)
+        self.end = max(last, self.start)
+        self._partitions = _plan_partitions(opts, self.start, self.end, bounds)
+
+    def partitions(self) -> list[JetStreamPartition]:
+        return self._partitions
+
+    def read(self, partition: JetStreamPartition) -> Iterator[Any]:
+        return _read(self.opts, partition)
+
+
+class JetStreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """``spark.readStream``: micro-batches over ``(start.seq, end.seq]``."""
+
+    def __init__(self, opts: SourceOptions) -> None:
+        self.opts = opts
+        self._latest: int | None = None
+        self._target: int | None = None
+
+    def initialOffset(self) -> dict:
+        return make_offset(self.opts.stream, _starting_seq(self.opts, _bounds(self.opts)))
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        n = self.opts.max_messages_per_trigger
+        return ReadMaxRows(n) if n is not None else ReadAllAvailable()
+
+    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        bounds = _bounds(self.opts)
+        self._latest = bounds.last_seq
+        latest = bounds.last_seq if self._target is None else min(bounds.last_seq, self._target)
+        max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else None
+        return make_offset(self.opts.stream, end_seq(offset_seq(start, self.opts.stream), latest, max_rows))
+
+    def reportLatestOffset(self) -> dict | None:
+        return None if self._latest is None else make_offset(self.opts.stream, self._latest)
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self._target = _bounds(self.opts).last_seq
+
+    def partitions(self, start: dict, end: dict) -> list[JetStreamPartition]:
+        s, e = offset_seq(start, self.opts.stream), offset_seq(end, self.opts.stream)
+        if e <= s:
+            return []
+        return _plan_partitions(self.opts, s, e, _bounds(self.opts))
+
+    def read(self, partition: JetStreamPartition) -> Iterator[Any]:
+        return _read(self.opts, partition)
+
+    def commit(self, end: dict) -> None:
+        name = self.opts.bookmark_consumer
+        if name is None:
+            return
+        next_seq = offset_seq(end, self.opts.stream) + 1
+
+        async def move() -> None:
+            nc = await runtime.connection(self.opts.connection)
+            await jsapi.move_bookmark(nc, self.opts.stream, name, next_seq, self.opts.filter_subjects)
+
+        try:
+            runtime.run(move(), timeout=30)
+        except Exception as exc:  # the bookmark is for monitoring only; the checkpoint is the truth
+            log.warning("Could not move bookmark consumer %s to sequence %d: %s", name, next_seq, exc)
+
+    def stop(self) -> None:
+        pass

@@ -1,0 +1,91 @@
+"""Raw protocol access on a nats-py connection: the reader's hot path.
+
+nats-py turns every incoming message into a ``Msg`` with headers parsed into a
+dict (repeated keys collapse into one value) and queues it for a task. The
+source needs the raw header block (multi-valued headers round-trip intact) and
+cannot afford that per message. :func:`raw_subscribe` registers a handler that
+receives ``(subject, reply, payload, header_block)`` as bytes straight from the
+protocol parser, before any ``Msg`` exists; the subscription itself is a normal
+nats-py one, so it is re-established on reconnect.
+
+Like ``publisher.py``, this relies on nats-py 2.x internals
+(``Client._process_msg``, ``Subscription._id``), pinned in pyproject.toml.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+RawHandler = Callable[[bytes, bytes, bytes, "bytes | None"], None]
+
+_HANDLERS_ATTR = "_pyspark_jetstream_raw_handlers"
+
+
+def _install(nc: Any) -> dict[int, RawHandler]:
+    handlers = getattr(nc, _HANDLERS_ATTR, None)
+    if handlers is not None:
+        return handlers
+    handlers = {}
+    original = nc._process_msg
+
+    async def dispatch(sid: int, subject: bytes, reply: bytes, data: bytes, headers: bytes | None) -> None:
+        handler = handlers.get(sid)
+        if handler is None:
+            await original(sid, subject, reply, data, headers)
+        else:
+            handler(subject, reply, data, headers)
+
+    nc._process_msg = dispatch
+    setattr(nc, _HANDLERS_ATTR, handlers)
+    return handlers
+
+
+async def raw_subscribe(nc: Any, subject: str, handler: RawHandler) -> Any:
+    """Subscribe ``subject`` with a synchronous raw ``handler``; returns the nats-py Subscription."""
+    handlers = _install(nc)
+
+    async def never_called(msg: Any) -> None:  # frames go to the raw handler instead
+        return None
+
+    sub = await nc.subscribe(subject, cb=never_called)
+    handlers[sub._id] = handler
+    return sub
+
+
+async def raw_unsubscribe(nc: Any, sub: Any) -> None:
+    getattr(nc, _HANDLERS_ATTR, {}).pop(sub._id, None)
+    if not nc.is_closed:
+        await sub.unsubscribe()
+
+
+class ConnectionEvents:
+    """Fan-out of a connection's disconnect/reconnect callbacks to the readers using it."""
+
+    def __init__(self) -> None:
+        self.listeners: set[Any] = set()
+
+    async def disconnected(self) -> None:
+        for listener in list(self.listeners):
+            listener.on_disconnected()
+
+    async def reconnected(self) -> None:
+        for listener in list(self.listeners):
+            listener.on_reconnected()
+
+    def callbacks(self) -> dict[str, Callable[[], Awaitable[None]]]:
+        return {"disconnected_cb": self.disconnected, "reconnected_cb": self.reconnected}
+
+
+def events_of(nc: Any) -> ConnectionEvents:
+    events = getattr(nc, "_pyspark_jetstream_events", None)
+    if events is None:
+        events = ConnectionEvents()
+        nc._pyspark_jetstream_events = events
+    return events
+
+
+async def send_raw(nc: Any, frame: bytes) -> None:
+    """Queue protocol bytes and kick nats-py's flusher."""
+    await nc._send_command(frame)
+    await nc._flush_pending()
