@@ -96,11 +96,18 @@ async def open_connection(opts: ConnectionOptions):
     try:
         nc = await asyncio.wait_for(nats.connect(**connect_kwargs(opts, seen), **events.callbacks()), budget)
     except Exception as exc:  # nats-py raises a zoo of types here; translate them all
+        def is_auth(error: BaseException) -> bool:
+            lowered = str(error).lower()
+            return isinstance(error, nats.errors.AuthorizationError) or "authorization" in lowered \
+                or "authentication" in lowered
+
         if seen and isinstance(exc, (nats.errors.NoServersError, asyncio.TimeoutError)):
-            exc = seen[-1]
+            # An attempt may end in a reset connection after the server refused the
+            # credentials on an earlier one; the refusal is what the user must fix.
+            exc = next((e for e in seen if is_auth(e)), seen[-1])
         text = str(exc).lower()
         reason = type(exc).__name__
-        if isinstance(exc, nats.errors.AuthorizationError) or "authorization" in text or "authentication" in text:
+        if is_auth(exc):
             reason = "the server refused the credentials (authorization violation)"
         elif isinstance(exc, nats.errors.NoServersError) or "no servers" in text:
             reason = "no server answered"

@@ -86,6 +86,8 @@ def _plan_partitions(opts: SourceOptions, start: int, end: int, bounds: StreamBo
 def _read(opts: SourceOptions, partition: JetStreamPartition) -> Iterator[Any]:
     from .partition_reader import read_partition
 
+    if not isinstance(partition, JetStreamPartition):
+        return  # Spark reads one default partition when a batch plan has none: an empty range
     yield from read_partition(opts, partition.stream, partition.first, partition.last)
 
 

@@ -1,0 +1,269 @@
+"""spark.read / spark.readStream .format("jetstream") against a real server."""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+
+import pytest
+from pyspark.sql import functions as F
+
+from ..helpers import wait_until
+
+
+def publish(client, subject, count, start=0, headers=None):
+    for i in range(start, start + count):
+        ack = client.publish_raw(subject if "{" not in subject else subject.format(i=i), headers, f"m{i}".encode())
+        assert "error" not in ack, ack
+
+
+def read(spark, server, **options):
+    r = spark.read.format("jetstream").option("servers", server.url)
+    for k, v in options.items():
+        r = r.option(k.replace("__", "."), v)
+    return r.load()
+
+
+def stream_query(spark, server, sink_name, trigger=None, **options):
+    r = spark.readStream.format("jetstream").option("servers", server.url)
+    for k, v in options.items():
+        r = r.option(k.replace("__", "."), v)
+    w = r.load().writeStream.format("memory").queryName(sink_name)
+    w = w.trigger(**(trigger or {"availableNow": True}))
+    return w.start()
+
+
+def seqs(spark, table):
+    return sorted(r.seq for r in spark.sql(f"select seq from {table}").collect())
+
+
+@pytest.fixture
+def filled(nats_client, stream_name):
+    nats_client.add_stream(stream_name, [f"{stream_name}.>"], allow_msg_ttl=True)
+    publish(nats_client, f"{stream_name}.a.{{i}}", 60)
+    return stream_name
+
+
+def test_batch_read_everything_and_ranges(spark, nats_server, filled):
+    df = read(spark, nats_server, stream=filled)
+    rows = df.orderBy("seq").collect()
+    assert [r.seq for r in rows] == list(range(1, 61))
+    assert rows[0].subject == f"{filled}.a.0" and rows[0].data == b"m0" and rows[0].stream == filled
+    assert [r.seq for r in read(spark, nats_server, stream=filled, startingOffsets="10", endingOffsets="20").collect()] \
+        == list(range(10, 21))
+    assert read(spark, nats_server, stream=filled, startingOffsets="latest").count() == 0
+
+
+def test_multiple_partitions_equal_one_partition(spark, nats_server, filled):
+    one = read(spark, nats_server, stream=filled, numPartitions="1")
+    many = read(spark, nats_server, stream=filled, numPartitions="7")
+    assert many.rdd.getNumPartitions() == 7 and one.rdd.getNumPartitions() == 1
+    assert sorted(map(tuple, one.collect())) == sorted(map(tuple, many.collect()))
+
+
+def test_filters_with_wildcards(spark, nats_server, nats_client, stream_name):
+    nats_client.add_stream(stream_name, [f"{stream_name}.>"])
+    for subject in ["orders.eu.1", "orders.us.1", "refunds.eu", "orders.eu.2.x"]:
+        publish(nats_client, f"{stream_name}.{subject}", 2)
+    got = lambda f: sorted(r.subject.split(".", 1)[1] for r in read(spark, nats_server, stream=stream_name, subjects=f).collect())  # noqa: E731
+    assert got(f"{stream_name}.orders.*.1") == ["orders.eu.1"] * 2 + ["orders.us.1"] * 2
+    assert got(f"{stream_name}.orders.eu.>,{stream_name}.refunds.*") == \
+        ["orders.eu.1"] * 2 + ["orders.eu.2.x"] * 2 + ["refunds.eu"] * 2
+    # Multiple partitions over a filtered range, with gaps between matching sequences.
+    df = read(spark, nats_server, stream=stream_name, subjects=f"{stream_name}.refunds.*", numPartitions="4")
+    assert df.count() == 2
+
+
+def test_starting_options_streaming(spark, nats_server, nats_client, filled, tmp_path):
+    q = stream_query(spark, nats_server, "st_earliest", stream=filled, startingOffsets="earliest")
+    q.awaitTermination(120)
+    assert seqs(spark, "st_earliest") == list(range(1, 61))
+    q = stream_query(spark, nats_server, "st_seq", stream=filled, startingOffsets="55")
+    q.awaitTermination(120)
+    assert seqs(spark, "st_seq") == list(range(55, 61))
+    q = stream_query(spark, nats_server, "st_latest", stream=filled)
+    q.awaitTermination(120)
+    assert seqs(spark, "st_latest") == []  # streaming default: latest
+    # startingTimestamp: the first message at or after a moment between two publishes.
+    time.sleep(0.01)  # make the next publish's stored timestamp strictly later than the moment below
+    moment = dt.datetime.now(dt.timezone.utc)
+    publish(nats_client, f"{filled}.late", 3, start=100)
+    for value in [moment.isoformat(), str(int(moment.timestamp() * 1000) + 1)]:
+        q = stream_query(spark, nats_server, "st_ts", stream=filled, startingTimestamp=value)
+        q.awaitTermination(120)
+        assert seqs(spark, "st_ts") == [61, 62, 63]
+    assert read(spark, nats_server, stream=filled, startingTimestamp=moment.isoformat()).count() == 3
+
+
+def test_max_messages_per_trigger_batches(spark, nats_server, filled):
+    q = stream_query(spark, nats_server, "st_limit", stream=filled, startingOffsets="earliest", maxMessagesPerTrigger="25")
+    q.awaitTermination(120)
+    assert [p["numInputRows"] for p in q.recentProgress if p["numInputRows"]] == [25, 25, 10]
+    assert seqs(spark, "st_limit") == list(range(1, 61))
+    source = q.recentProgress[-1]["sources"][0]
+    assert '"seq":60' in source["latestOffset"].replace(" ", "") or source["latestOffset"]["seq"] == 60
+
+
+def test_available_now_stops_at_its_target(spark, nats_server, nats_client, filled, tmp_path):
+    r = (spark.readStream.format("jetstream").option("servers", nats_server.url).option("stream", filled)
+         .option("startingOffsets", "earliest").option("maxMessagesPerTrigger", "10").load())
+    published = []
+
+    def during_batch(df, batch_id):
+        if batch_id == 0:  # messages published while the AvailableNow run is going on
+            publish(nats_client, f"{filled}.during", 5, start=200)
+            published.append(5)
+        df.select("seq").write.mode("append").parquet(str(tmp_path / "out"))
+
+    q = r.writeStream.foreachBatch(during_batch).option("checkpointLocation", str(tmp_path / "chk")) \
+        .trigger(availableNow=True).start()
+    q.awaitTermination(120)
+    assert published and sorted(x.seq for x in spark.read.parquet(str(tmp_path / "out")).collect()) == list(range(1, 61))
+    # The next run picks up what arrived later.
+    q = r.writeStream.foreachBatch(lambda df, b: df.select("seq").write.mode("append").parquet(str(tmp_path / "out"))) \
+        .option("checkpointLocation", str(tmp_path / "chk")).trigger(availableNow=True).start()
+    q.awaitTermination(120)
+    assert sorted(x.seq for x in spark.read.parquet(str(tmp_path / "out")).collect()) == list(range(1, 66))
+
+
+def test_messages_published_while_the_query_runs(spark, nats_server, nats_client, stream_name):
+    nats_client.add_stream(stream_name, [f"{stream_name}.>"])
+    q = stream_query(spark, nats_server, "st_live", trigger={"processingTime": "100 milliseconds"},
+                     stream=stream_name, startingOffsets="earliest")
+    try:
+        for round_ in range(3):
+            publish(nats_client, f"{stream_name}.x", 20, start=round_ * 20)
+            wait_until(lambda r=round_: len(seqs(spark, "st_live")) == (r + 1) * 20, timeout=60)
+    finally:
+        q.stop()
+    assert seqs(spark, "st_live") == list(range(1, 61))
+
+
+def test_restart_from_checkpoint_into_files_is_exactly_once(spark, nats_server, nats_client, stream_name, tmp_path):
+    nats_client.add_stream(stream_name, [f"{stream_name}.>"])
+    publish(nats_client, f"{stream_name}.x", 40)
+
+    def start():
+        return (spark.readStream.format("jetstream").option("servers", nats_server.url).option("stream", stream_name)
+                .option("startingOffsets", "earliest").option("maxMessagesPerTrigger", "15").load()
+                .select("seq", "data").writeStream.format("parquet").option("path", str(tmp_path / "out"))
+                .option("checkpointLocation", str(tmp_path / "chk")).trigger(availableNow=True).start())
+
+    q = start()
+    q.awaitTermination(120)
+    publish(nats_client, f"{stream_name}.x", 25, start=40)
+    q = start()
+    q.awaitTermination(120)
+    out = [r.seq for r in spark.read.parquet(str(tmp_path / "out")).collect()]
+    assert sorted(out) == list(range(1, 66)) and len(out) == len(set(out))
+
+
+def test_ttl_expires_at_and_max_age_markers(spark, nats_server, nats_client, stream_name):
+    nats_client.add_stream(stream_name, [f"{stream_name}.>"], allow_msg_ttl=True, subject_delete_marker_ttl=60 * 10**9,
+                           max_age=3 * 10**9)
+    publish(nats_client, f"{stream_name}.ttl", 1, headers=b"NATS/1.0\r\nNats-TTL: 1s\r\n\r\n")
+    publish(nats_client, f"{stream_name}.old", 1)
+    publish(nats_client, f"{stream_name}.keep", 1, headers=b"NATS/1.0\r\nNats-TTL: 90s\r\n\r\n")
+    before = {r.subject.split(".")[1]: r for r in read(spark, nats_server, stream=stream_name).collect()}
+    keep = before["keep"]
+    assert keep.ttl == "90s" and (keep.expires_at - keep.timestamp).total_seconds() == 90
+
+    def markers():
+        return {r.subject.split(".")[1]: r for r in read(spark, nats_server, stream=stream_name).collect()
+                if r.marker_reason}
+
+    # The TTL'd message and the MaxAge'd ones are replaced by markers as they expire (keep's 90s > MaxAge 3s).
+    found = wait_until(lambda: markers() if {"ttl", "old"} <= set(markers()) else None, timeout=30)
+    assert found["ttl"].marker_reason == "MaxAge" and found["old"].marker_reason == "MaxAge"
+    assert found["ttl"].data == b"" and found["ttl"].ttl == "1m0s"
+    assert dict(found["ttl"].headers)["Nats-Rollup"] == ["sub"]
+    plain = read(spark, nats_server, stream=stream_name, includeMarkers="false").collect()
+    assert all(r.marker_reason is None for r in plain)
+
+
+def test_kv_bucket_change_log(spark, nats_server, nats_client):
+    kv = nats_client.run(nats_client.js.create_key_value(bucket="cfgkv", history=5))
+    nats_client.run(kv.put("a", b"1"))
+    nats_client.run(kv.put("b.c", b"2"))
+    nats_client.run(kv.delete("a"))
+    nats_client.run(kv.purge("b.c"))
+    rows = read(spark, nats_server, bucket="cfgkv").orderBy("seq").collect()
+    # A purge is a roll-up: it removes the key's earlier revisions, leaving its PURGE marker.
+    assert [(r.key, r.operation, r.data) for r in rows] == [("a", "PUT", b"1"), ("a", "DEL", b""), ("b.c", "PURGE", b"")]
+    assert rows[0].stream == "KV_cfgkv"
+
+
+def test_data_loss_after_purge(spark, nats_server, nats_client, stream_name, tmp_path):
+    nats_client.add_stream(stream_name, [f"{stream_name}.>"])
+    publish(nats_client, f"{stream_name}.x", 10)
+
+    def query(**extra):
+        r = (spark.readStream.format("jetstream").option("servers", nats_server.url).option("stream", stream_name)
+             .option("startingOffsets", "earliest").option("maxMessagesPerTrigger", "5"))
+        for k, v in extra.items():
+            r = r.option(k, v)
+        return r.load().select("seq").writeStream.format("parquet").option("path", str(tmp_path / "out")) \
+            .option("checkpointLocation", str(tmp_path / "chk")).trigger(availableNow=True).start()
+
+    q = query()
+    q.awaitTermination(120)
+    publish(nats_client, f"{stream_name}.x", 10, start=10)
+    assert "error" not in nats_client.api(f"STREAM.PURGE.{stream_name}", {"keep": 3})  # removes 11..17 unread
+    q = query()
+    with pytest.raises(Exception, match=rf"Data loss in stream '{stream_name}': sequences 11\.\.15 .*failOnDataLoss"):
+        q.awaitTermination(120)
+    q = query(failOnDataLoss="false")
+    q.awaitTermination(120)
+    assert sorted(r.seq for r in spark.read.parquet(str(tmp_path / "out")).collect()) == list(range(1, 11)) + [18, 19, 20]
+
+
+def test_bookmark_consumer_shows_progress(spark, nats_server, nats_client, filled):
+    """Spark commits a micro-batch's source offset when it plans the next one, so the
+    bookmark trails the query by at most one micro-batch."""
+    q = stream_query(spark, nats_server, "st_bm", trigger={"processingTime": "100 milliseconds"}, stream=filled,
+                     startingOffsets="earliest", maxMessagesPerTrigger="20", bookmarkConsumer="spark_orders")
+    try:
+        wait_until(lambda: len(seqs(spark, "st_bm")) == 60, timeout=60)
+        publish(nats_client, f"{filled}.more", 4, start=500)
+        wait_until(lambda: len(seqs(spark, "st_bm")) == 64, timeout=60)
+
+        def bookmark():
+            info = nats_client.api(f"CONSUMER.INFO.{filled}.spark_orders")
+            return info if "error" not in info and info["delivered"]["stream_seq"] >= 60 else None
+
+        info = wait_until(bookmark, timeout=30)
+    finally:
+        q.stop()
+    assert info["config"]["ack_policy"] == "none" and info["config"].get("durable_name") == "spark_orders"
+    assert info["num_pending"] == 64 - info["delivered"]["stream_seq"]  # the query's lag, as NATS tools show it
+
+
+def test_round_trip_stream_spark_stream(spark, nats_server, nats_client, stream_name):
+    nats_client.add_stream(stream_name, [f"{stream_name}.>"], allow_msg_ttl=True)
+    nats_client.add_stream(stream_name + "C", [f"{stream_name}C.>"], allow_msg_ttl=True)
+    publish(nats_client, f"{stream_name}.a", 3, headers=b"NATS/1.0\r\nX-M: 1\r\nX-M: 2\r\nNats-TTL: 1h\r\n\r\n")
+    publish(nats_client, f"{stream_name}.b", 2, start=3)
+    df = read(spark, nats_server, stream=stream_name)
+    (df.withColumn("subject", F.regexp_replace("subject", f"^{stream_name}", f"{stream_name}C"))
+       .write.format("jetstream").mode("append").option("servers", nats_server.url)
+       .option("stream", stream_name + "C").save())
+    copied = sorted(nats_client.messages(stream_name + "C"), key=lambda m: m.data)
+    original = sorted(nats_client.messages(stream_name), key=lambda m: m.data)
+    assert [m.data for m in copied] == [m.data for m in original]
+    for c, o in zip(copied, original, strict=True):
+        assert c.subject == o.subject.replace(stream_name, stream_name + "C", 1)
+        assert c.headers.get("X-M") == o.headers.get("X-M") and c.headers.get("Nats-TTL") == o.headers.get("Nats-TTL")
+
+
+def test_source_options_are_validated(spark, nats_server, stream_name):
+    for options, needle in [
+        ({}, "Name the stream to read"),
+        ({"stream": stream_name, "startingOffsets": "first"}, "'startingOffsets': 'first'"),
+        ({"stream": stream_name, "consume.maxMessages": "10", "consume.maxBytes": "10"}, "exclusive"),
+        ({"stream": stream_name, "consume.expires": "500ms"}, "'consume.expires'"),
+        ({"stream": stream_name, "defaultTtl": "1h"}, "does not apply when reading"),
+        ({"stream": stream_name, "maxMessagesPerTrigger": "5"}, "streaming reads only"),
+        ({"stream": "NO_SUCH_STREAM"}, "Stream 'NO_SUCH_STREAM' does not exist"),
+    ]:
+        with pytest.raises(Exception, match=needle):
+            read(spark, nats_server, **options).collect()
