@@ -9,10 +9,12 @@ class (and the error types), never nats-py or pyarrow.
 from .datasource import JetStreamDataSource
 from .errors import (
     AckTimeoutError,
+    DataLossError,
     JetStreamApiError,
     JetStreamConnectorError,
     NatsConnectError,
     OptionError,
+    PartitionReadError,
     PublishError,
     SchemaError,
     ServerBinaryNotFound,
@@ -25,12 +27,14 @@ __version__ = "0.1.0"
 
 __all__ = [
     "AckTimeoutError",
+    "DataLossError",
     "DefaultSource",
     "JetStreamApiError",
     "JetStreamConnectorError",
     "JetStreamDataSource",
     "NatsConnectError",
     "OptionError",
+    "PartitionReadError",
     "PublishError",
     "SchemaError",
     "ServerBinaryNotFound",

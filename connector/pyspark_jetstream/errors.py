@@ -11,6 +11,8 @@ Callers and tests check types and attributes, never message substrings::
     +-- StreamConfigError       the target stream is missing or cannot enforce ADR-43
     +-- PublishError            a row was rejected (by the server or client-side)
     +-- AckTimeoutError         PubAcks did not arrive within ackTimeout
+    +-- DataLossError           planned sequences were removed before being read
+    +-- PartitionReadError      a partition could not be read to its end
 
 Every message names what was wrong and what to do about it, and never contains
 a secret: secrets are kept in :class:`pyspark_jetstream.connection.Secret`,
@@ -99,3 +101,22 @@ class PublishError(JetStreamConnectorError):
 
 class AckTimeoutError(JetStreamConnectorError, TimeoutError):
     """PubAcks for published rows did not arrive in time."""
+
+
+class DataLossError(JetStreamConnectorError):
+    """Planned sequences were removed from the stream before they were read."""
+
+    def __init__(self, stream: str, first_lost: int, last_lost: int, first_available: int) -> None:
+        self.stream = stream
+        self.first_lost = first_lost
+        self.last_lost = last_lost
+        super().__init__(
+            f"Data loss in stream '{stream}': sequences {first_lost}..{last_lost} were removed (limits, purge or "
+            f"TTL) before this query read them; the stream now starts at {first_available}. Some data may have "
+            "been lost because it is not available in JetStream any more. If you want the query to go on and "
+            "skip the lost range, set the source option 'failOnDataLoss' to 'false'."
+        )
+
+
+class PartitionReadError(JetStreamConnectorError):
+    """A partition could not be read to its end (server errors, no progress within consume.maxWait)."""

@@ -26,7 +26,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from . import runtime
-from .errors import JetStreamApiError, JetStreamConnectorError
+from .errors import JetStreamApiError, PartitionReadError
 from .jsapi import request
 from .logs import get_logger
 from .metadata import fast_fields
@@ -40,10 +40,6 @@ log = get_logger("source")
 MAX_BATCHES_AHEAD = 2
 _ACK_PREFIX = b"$JS.ACK."
 _DONE = object()
-
-
-class PartitionReadError(JetStreamConnectorError):
-    """A partition could not be read to its end."""
 
 
 def parse_status(block: bytes) -> tuple[int, str, dict[str, str]]:

@@ -19,21 +19,6 @@ from dataclasses import dataclass
 from .errors import JetStreamConnectorError
 
 
-class DataLossError(JetStreamConnectorError):
-    """Planned sequences were removed from the stream before they were read."""
-
-    def __init__(self, stream: str, first_lost: int, last_lost: int, first_available: int) -> None:
-        self.stream = stream
-        self.first_lost = first_lost
-        self.last_lost = last_lost
-        super().__init__(
-            f"Data loss in stream '{stream}': sequences {first_lost}..{last_lost} were removed (limits, purge or "
-            f"TTL) before this query read them; the stream now starts at {first_available}. Some data may have "
-            "been lost because it is not available in JetStream any more. If you want the query to go on and "
-            "skip the lost range, set the source option 'failOnDataLoss' to 'false'."
-        )
-
-
 @dataclass(frozen=True)
 class StreamBounds:
     """The part of STREAM.INFO planning needs."""

@@ -20,11 +20,10 @@ from pyspark.sql.streaming.datasource import (
 )
 
 from . import jsapi, runtime
-from .errors import StreamConfigError
+from .errors import DataLossError, StreamConfigError
 from .logs import get_logger
 from .options import SourceOptions
 from .planning import (
-    DataLossError,
     StreamBounds,
     end_seq,
     initial_seq,

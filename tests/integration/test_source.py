@@ -267,3 +267,30 @@ def test_source_options_are_validated(spark, nats_server, stream_name):
     ]:
         with pytest.raises(Exception, match=needle):
             read(spark, nats_server, **options).collect()
+
+
+@pytest.mark.parametrize(
+    "consume",
+    [
+        {"consume__maxMessages": "1"},
+        {"consume__maxMessages": "7", "consume__thresholdMessages": "0"},
+        {"consume__maxBytes": "300"},
+        {"consume__maxBytes": "5000", "consume__thresholdBytes": "4999", "batchSize": "3"},
+        {"consume__expires": "2s", "consume__idleHeartbeat": "500ms", "batchSize": "1"},
+    ],
+)
+def test_consume_settings_read_the_same_rows(spark, nats_server, filled, consume):
+    df = read(spark, nats_server, stream=filled, numPartitions="2", **consume)
+    assert sorted(r.seq for r in df.collect()) == list(range(1, 61))
+
+
+def test_range_whose_tail_was_deleted_ends_without_waiting(spark, nats_server, nats_client, stream_name):
+    nats_client.add_stream(stream_name, [f"{stream_name}.>"])
+    publish(nats_client, f"{stream_name}.x", 10)
+    for seq in (8, 9, 10):
+        assert "error" not in nats_client.api(f"STREAM.MSG.DELETE.{stream_name}", {"seq": seq})
+    publish(nats_client, f"{stream_name}.x", 1, start=10)  # seq 11
+    started = time.monotonic()
+    rows = read(spark, nats_server, stream=stream_name, numPartitions="3", consume__expires="60s").collect()
+    assert sorted(r.seq for r in rows) == [1, 2, 3, 4, 5, 6, 7, 11]
+    assert time.monotonic() - started < 45  # no partition waited 60s for its pull request to expire

@@ -30,6 +30,7 @@ class Result:
     size: int
     seconds: float
     baseline: str | None = None
+    rss_mib: float | None = None
 
     @property
     def rows_per_s(self) -> float:
@@ -110,6 +111,100 @@ async def raw_publish(url: str, stream: str, rows: int, size: int, window: int =
     return elapsed
 
 
+async def raw_pull_to_arrow(url: str, stream: str, count: int, batch: int = 10_000) -> float:
+    """Baseline: one process pulling the range through CONSUMER.MSG.NEXT on a core
+    subscription (ADR-37 style: batch 10k, refill at half), building the same Arrow batches."""
+    import json
+
+    import nats
+
+    from pyspark_jetstream.source_rows import BatchBuilder
+
+    nc = await nats.connect(url, pending_size=8 * 1024 * 1024)
+    name = "rawbench"
+    await api(nc, f"CONSUMER.CREATE.{stream}.{name}", {"stream_name": stream, "config": {
+        "name": name, "ack_policy": "none", "deliver_policy": "all", "mem_storage": True, "num_replicas": 1}})
+    inbox = nc.new_inbox()
+    builder = BatchBuilder(stream)
+    state = {"got": 0, "pending": 0, "batches": 0}
+    done = asyncio.Event()
+    pull_subject = f"$JS.API.CONSUMER.MSG.NEXT.{stream}.{name}"
+
+    async def pull(n):
+        state["pending"] += n
+        await nc.publish(pull_subject, json.dumps({"batch": n, "expires": 30 * 10**9}).encode(), reply=inbox)
+
+    async def on_msg(msg):
+        if not msg.reply:
+            return
+        tokens = msg.reply.split(".")
+        builder.add(msg.subject.encode(), msg.data, None, int(tokens[5]), int(tokens[7]))
+        state["got"] += 1
+        state["pending"] -= 1
+        if len(builder) >= batch:
+            builder.build()
+            state["batches"] += 1
+        if state["got"] == count:
+            if len(builder):
+                builder.build()
+            done.set()
+        elif state["pending"] < batch // 2:
+            await pull(min(batch - state["pending"], count - state["got"] - state["pending"]))
+
+    await nc.subscribe(inbox, cb=on_msg)
+    start = time.perf_counter()
+    await pull(min(batch, count))
+    await done.wait()
+    elapsed = time.perf_counter() - start
+    await nc.close()
+    return elapsed
+
+
+class WorkerRss:
+    """Peak RSS (VmHWM) of Spark's Python worker processes, read from /proc."""
+
+    @staticmethod
+    def peak_mib() -> float:
+        peak = 0
+        for pid in os.listdir("/proc"):
+            if not pid.isdigit():
+                continue
+            try:
+                with open(f"/proc/{pid}/cmdline", "rb") as f:
+                    cmdline = f.read()
+                if b"pyspark.daemon" not in cmdline and b"pyspark.worker" not in cmdline:
+                    continue
+                with open(f"/proc/{pid}/status") as f:
+                    for line in f:
+                        if line.startswith("VmHWM:"):
+                            peak = max(peak, int(line.split()[1]))
+            except OSError:
+                continue
+        return peak / 1024
+
+
+def connector_batch_read(spark, url: str, stream: str, partitions: int) -> float:
+    df = spark.read.format("jetstream").option("servers", url).option("stream", stream) \
+        .option("numPartitions", partitions).load()
+    start = time.perf_counter()
+    df.write.format("noop").mode("overwrite").save()
+    return time.perf_counter() - start
+
+
+def connector_stream_read(spark, url: str, stream: str, partitions: int, per_trigger: int) -> float:
+    import tempfile
+
+    q = (spark.readStream.format("jetstream").option("servers", url).option("stream", stream)
+         .option("startingOffsets", "earliest").option("numPartitions", partitions)
+         .option("maxMessagesPerTrigger", per_trigger).load()
+         .writeStream.format("noop").option("checkpointLocation", tempfile.mkdtemp())
+         .trigger(availableNow=True))
+    start = time.perf_counter()
+    query = q.start()
+    query.awaitTermination()
+    return time.perf_counter() - start
+
+
 def connector_batch_write(spark, url: str, stream: str, rows: int, size: int, partitions: int) -> float:
     from pyspark.sql import functions as F
 
@@ -132,11 +227,12 @@ def connector_batch_write(spark, url: str, stream: str, rows: int, size: int, pa
 
 def print_table(results: list[Result]) -> None:
     by_path = {r.path: r for r in results}
-    print("\n| path | rows | size | rows/s | MB/s | ratio to baseline |")
-    print("|---|---:|---:|---:|---:|---:|")
+    print("\n| path | rows | size | rows/s | MB/s | ratio to baseline | worker peak RSS |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
     for r in results:
         ratio = f"{r.rows_per_s / by_path[r.baseline].rows_per_s:.2f}x ({r.baseline})" if r.baseline else "baseline"
-        print(f"| {r.path} | {r.rows:,} | {r.size} B | {r.rows_per_s:,.0f} | {r.mb_per_s:.1f} | {ratio} |")
+        rss = f"{r.rss_mib:.0f} MiB" if r.rss_mib is not None else ""
+        print(f"| {r.path} | {r.rows:,} | {r.size} B | {r.rows_per_s:,.0f} | {r.mb_per_s:.1f} | {ratio} | {rss} |")
 
 
 def main() -> int:
@@ -150,6 +246,7 @@ def main() -> int:
     from pyspark_jetstream.server import EmbeddedNatsServer
 
     write_sizes = [(50_000, 100)] if args.quick else [(200_000, 100), (50_000, 1024)]
+    read_rows = 100_000 if args.quick else 500_000
     results: list[Result] = []
     with EmbeddedNatsServer() as server:
         spark = (
@@ -157,7 +254,22 @@ def main() -> int:
             .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false").getOrCreate()
         )
         spark.sparkContext.setLogLevel("ERROR")
-        # Warm up the JVM, the Python workers and their connections.
+        # Reads first, while the Python workers are fresh, so their peak RSS is the read's.
+        asyncio.run(make_stream(server.url, "READ"))
+        asyncio.run(raw_publish(server.url, "READ", read_rows, 100))
+        connector_batch_read(spark, server.url, "READ", 2)  # warm-up
+        raw_read = min(asyncio.run(raw_pull_to_arrow(server.url, "READ", read_rows)) for _ in range(args.repeat))
+        base = f"raw nats-py pull to Arrow {read_rows // 1000}k x 100 B"
+        results.append(Result(base, read_rows, 100, raw_read))
+        for parts in (1, 2):
+            best = min(connector_batch_read(spark, server.url, "READ", parts) for _ in range(args.repeat))
+            results.append(Result(f"batch read {read_rows // 1000}k x 100 B, {parts} partition(s)", read_rows, 100,
+                                  best, base, WorkerRss.peak_mib()))
+        best = min(connector_stream_read(spark, server.url, "READ", 2, 100_000) for _ in range(args.repeat))
+        results.append(Result(f"streaming read (AvailableNow, 100k per trigger) {read_rows // 1000}k x 100 B",
+                              read_rows, 100, best, base, WorkerRss.peak_mib()))
+
+        # Warm up the write path.
         asyncio.run(make_stream(server.url, "WARM"))
         connector_batch_write(spark, server.url, "WARM", 5_000, 100, 2)
         n = 0

@@ -2,9 +2,8 @@
 
 import pytest
 
-from pyspark_jetstream.errors import JetStreamConnectorError
+from pyspark_jetstream.errors import DataLossError, JetStreamConnectorError
 from pyspark_jetstream.planning import (
-    DataLossError,
     SeqRange,
     StreamBounds,
     end_seq,
