@@ -45,14 +45,14 @@ def parse_ack_subject(reply: str) -> AckMetadata:
         raise NotAnAckSubject(reply) from None
 
 
-def fast_fields(reply: str) -> tuple[int, int, int, int]:
-    """(stream_seq, consumer_seq, timestamp_ns, pending) for the hot path.
+def fast_fields(reply: bytes) -> tuple[int, int, int, int]:
+    """(stream_seq, consumer_seq, timestamp_ns, pending) from the raw reply bytes, for the hot path.
 
     Counting from the end works for both layouts as long as v2 has no extra
     trailing tokens; anything else goes through :func:`parse_ack_subject`.
     """
-    parts = reply.rsplit(".", 5)
-    if len(parts) == 6 and reply.count(".") in (8, 10):
+    parts = reply.rsplit(b".", 5)
+    if len(parts) == 6 and reply.count(b".") in (8, 10):
         return int(parts[2]), int(parts[3]), int(parts[4]), int(parts[5])
-    meta = parse_ack_subject(reply)
+    meta = parse_ack_subject(reply.decode())
     return meta.stream_seq, meta.consumer_seq, meta.timestamp_ns, meta.pending

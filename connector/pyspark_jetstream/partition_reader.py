@@ -204,7 +204,7 @@ class PartitionReader:
             self._on_status(headers)
 
     def _on_message(self, subject: bytes, reply: bytes, data: bytes, headers: bytes | None) -> None:
-        sseq, dseq, ts, pending = fast_fields(reply.decode())
+        sseq, dseq, ts, pending = fast_fields(reply)
         if self.resetting:
             return
         if dseq != self.last_dseq + 1:

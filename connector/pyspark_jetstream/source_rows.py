@@ -91,6 +91,7 @@ class BatchBuilder:
         expires: list[int | None] = [None] * n
         markers: list[str | None] = [None] * n
         ops: list[str | None] = ["PUT"] * n if self.kv_prefix else []
+        ttl_seconds: dict[str, int | None] = {}  # TTL values repeat; parse each once per batch
         for i, block in enumerate(self.header_blocks):
             if block is None:
                 continue
@@ -101,10 +102,14 @@ class BatchBuilder:
             ttl = parsed.get("Nats-TTL")
             if ttl:
                 ttls[i] = ttl[0]
-                try:
-                    seconds = server_ttl_seconds(ttl[0])
-                except InvalidTtl:
-                    seconds = None
+                if ttl[0] in ttl_seconds:
+                    seconds = ttl_seconds[ttl[0]]
+                else:
+                    try:
+                        seconds = server_ttl_seconds(ttl[0])
+                    except InvalidTtl:
+                        seconds = None
+                    ttl_seconds[ttl[0]] = seconds
                 if seconds and seconds > 0:
                     expires[i] = self.times[i] // 1000 + seconds * 1_000_000
             marker = parsed.get("Nats-Marker-Reason")

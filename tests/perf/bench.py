@@ -74,7 +74,7 @@ async def stream_messages(url: str, name: str) -> int:
         await nc.close()
 
 
-async def raw_publish(url: str, stream: str, rows: int, size: int, window: int = 10_000) -> float:
+async def raw_publish(url: str, stream: str, rows: int, size: int, window: int = 10_000, headers: bool = True) -> float:
     """Baseline: nc.publish with a reply subject per message under one wildcard ack
     subscription, a window of 10k outstanding acks, every PubAck checked."""
     import nats
@@ -103,7 +103,7 @@ async def raw_publish(url: str, stream: str, rows: int, size: int, window: int =
             await room.wait()
         state["pending"] += 1
         await nc.publish(f"{stream}.s{i % 8}", payload, reply=f"{inbox}.{i}",
-                         headers={"Nats-TTL": "1h", "Nats-Msg-Id": f"raw-{i}"})
+                         headers={"Nats-TTL": "1h", "Nats-Msg-Id": f"raw-{i}"} if headers else None)
     await done.wait()
     elapsed = time.perf_counter() - start
     await nc.close()
@@ -115,13 +115,14 @@ async def raw_pull_to_arrow(url: str, stream: str, count: int, batch: int = 10_0
     """Baseline: one process pulling the range through CONSUMER.MSG.NEXT on a core
     subscription (ADR-37 style: batch 10k, refill at half), building the same Arrow batches."""
     import json
+    import uuid
 
     import nats
 
     from pyspark_jetstream.source_rows import BatchBuilder
 
     nc = await nats.connect(url, pending_size=8 * 1024 * 1024)
-    name = "rawbench"
+    name = f"rawbench{uuid.uuid4().hex[:8]}"  # a fresh consumer per run
     await api(nc, f"CONSUMER.CREATE.{stream}.{name}", {"stream_name": stream, "config": {
         "name": name, "ack_policy": "none", "deliver_policy": "all", "mem_storage": True, "num_replicas": 1}})
     inbox = nc.new_inbox()
@@ -136,7 +137,7 @@ async def raw_pull_to_arrow(url: str, stream: str, count: int, batch: int = 10_0
 
     async def on_msg(msg):
         if not msg.reply:
-            return
+            return  # statuses: the range is sized so that none ends a pull early
         tokens = msg.reply.split(".")
         builder.add(msg.subject.encode(), msg.data, None, int(tokens[5]), int(tokens[7]))
         state["got"] += 1
@@ -149,13 +150,16 @@ async def raw_pull_to_arrow(url: str, stream: str, count: int, batch: int = 10_0
                 builder.build()
             done.set()
         elif state["pending"] < batch // 2:
-            await pull(min(batch - state["pending"], count - state["got"] - state["pending"]))
+            want = min(batch - state["pending"], count - state["got"] - state["pending"])
+            if want > 0:  # never a batch of 0: the server would treat it as 1 and queue it
+                await pull(want)
 
     await nc.subscribe(inbox, cb=on_msg)
     start = time.perf_counter()
     await pull(min(batch, count))
     await done.wait()
     elapsed = time.perf_counter() - start
+    await api(nc, f"CONSUMER.DELETE.{stream}.{name}", {})
     await nc.close()
     return elapsed
 
@@ -256,7 +260,7 @@ def main() -> int:
         spark.sparkContext.setLogLevel("ERROR")
         # Reads first, while the Python workers are fresh, so their peak RSS is the read's.
         asyncio.run(make_stream(server.url, "READ"))
-        asyncio.run(raw_publish(server.url, "READ", read_rows, 100))
+        asyncio.run(raw_publish(server.url, "READ", read_rows, 100, headers=False))
         connector_batch_read(spark, server.url, "READ", 2)  # warm-up
         raw_read = min(asyncio.run(raw_pull_to_arrow(server.url, "READ", read_rows)) for _ in range(args.repeat))
         base = f"raw nats-py pull to Arrow {read_rows // 1000}k x 100 B"
