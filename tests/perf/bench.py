@@ -165,31 +165,66 @@ async def raw_pull_to_arrow(url: str, stream: str, count: int, batch: int = 10_0
 
 
 class WorkerRss:
-    """Peak RSS (VmHWM) of Spark's Python worker processes, read from /proc."""
+    """Peak current RSS of Spark's Python worker processes, sampled from /proc while a path runs."""
+
+    def __init__(self, interval: float = 0.05) -> None:
+        import threading
+
+        self.interval = interval
+        self.peak_kib = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
 
     @staticmethod
-    def peak_mib() -> float:
+    def _sample() -> int:
         peak = 0
         for pid in os.listdir("/proc"):
             if not pid.isdigit():
                 continue
             try:
                 with open(f"/proc/{pid}/cmdline", "rb") as f:
-                    cmdline = f.read()
-                if b"pyspark.daemon" not in cmdline and b"pyspark.worker" not in cmdline:
-                    continue
+                    if b"pyspark.daemon" not in f.read():
+                        continue
                 with open(f"/proc/{pid}/status") as f:
                     for line in f:
-                        if line.startswith("VmHWM:"):
+                        if line.startswith("VmRSS:"):
                             peak = max(peak, int(line.split()[1]))
             except OSError:
                 continue
-        return peak / 1024
+        return peak
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.peak_kib = max(self.peak_kib, self._sample())
+            self._stop.wait(self.interval)
+
+    def __enter__(self) -> WorkerRss:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    @property
+    def mib(self) -> float:
+        return self.peak_kib / 1024
 
 
-def connector_batch_read(spark, url: str, stream: str, partitions: int) -> float:
-    df = spark.read.format("jetstream").option("servers", url).option("stream", stream) \
-        .option("numPartitions", partitions).load()
+def timed(fn, *args, repeat: int = 1) -> tuple[float, float]:
+    """Best time of ``repeat`` runs and the workers' peak RSS (MiB) over them."""
+    best = float("inf")
+    with WorkerRss() as rss:
+        for _ in range(repeat):
+            best = min(best, fn(*args))
+    return best, rss.mib
+
+
+def connector_batch_read(spark, url: str, stream: str, partitions: int, ending: int | None = None) -> float:
+    r = spark.read.format("jetstream").option("servers", url).option("stream", stream).option("numPartitions", partitions)
+    if ending is not None:
+        r = r.option("endingOffsets", ending)
+    df = r.load()
     start = time.perf_counter()
     df.write.format("noop").mode("overwrite").save()
     return time.perf_counter() - start
@@ -229,71 +264,285 @@ def connector_batch_write(spark, url: str, stream: str, rows: int, size: int, pa
     return elapsed
 
 
-def print_table(results: list[Result]) -> None:
+def run_until(df, count: int) -> float:
+    """Run a streaming DataFrame (default trigger) until it has delivered ``count`` rows."""
+    import tempfile
+    import threading
+
+    seen = {"rows": 0}
+    done = threading.Event()
+
+    def count_rows(batch_df, batch_id):
+        seen["rows"] += batch_df.count()
+        if seen["rows"] >= count:
+            done.set()
+
+    q = df.writeStream.foreachBatch(count_rows).option("checkpointLocation", tempfile.mkdtemp()).start()
+    start = time.perf_counter()
+    done.wait(1800)
+    elapsed = time.perf_counter() - start
+    q.stop()
+    assert seen["rows"] >= count, seen
+    return elapsed
+
+
+def naive_stream_read(spark, url: str, stream: str, count: int) -> float:
+    """The naive driver-side fetch source (naive_source.py) until it has delivered ``count`` rows."""
+    from naive_source import NaiveSource
+
+    spark.dataSource.register(NaiveSource)
+    return run_until(spark.readStream.format("naive_jetstream").option("servers", url).option("stream", stream)
+                     .option("batch", 100_000).load(), count)
+
+
+def connector_stream_read_until(spark, url: str, stream: str, count: int) -> float:
+    """The connector's streaming read, measured exactly like the naive source (same rows per micro-batch)."""
+    return run_until(spark.readStream.format("jetstream").option("servers", url).option("stream", stream)
+                     .option("startingOffsets", "earliest").option("maxMessagesPerTrigger", 100_000).load(), count)
+
+
+def connector_stream_write(spark, url: str, stream: str, parquet_dir: str) -> float:
+    """File source (Parquet) -> jetstream, AvailableNow. Timed by Spark's own ``addBatch``
+    durations (the micro-batches' execution), the counterpart of a batch write job; the
+    query's start-up (about 1.5 s here) is a one-off cost of a long-running query."""
+    import tempfile
+
+    schema = spark.read.parquet(parquet_dir).schema
+    q = (spark.readStream.schema(schema).parquet(parquet_dir)
+         .writeStream.format("jetstream").option("servers", url).option("stream", stream)
+         .option("checkpointLocation", tempfile.mkdtemp()).trigger(availableNow=True))
+    query = q.start()
+    query.awaitTermination()
+    return sum(p["durationMs"].get("addBatch", 0) for p in query.recentProgress) / 1000
+
+
+def latency(spark, url: str, stream: str, rate: int, seconds: float) -> tuple[float, float, int]:
+    """p50/p99 publish -> arrival (ms) in a foreach sink, publishing at a steady ``rate``."""
+    import struct
+    import tempfile
+
+    import nats
+
+    out_dir = tempfile.mkdtemp()
+
+    def record(row):
+        import os as _os
+        import struct as _struct
+        import time as _time
+
+        sent = _struct.unpack(">d", row.data[:8])[0]
+        with open(_os.path.join(out_dir, f"lat-{_os.getpid()}.txt"), "a") as f:
+            f.write(f"{(_time.time() - sent) * 1000:.3f}\n")
+
+    q = (spark.readStream.format("jetstream").option("servers", url).option("stream", stream).load()
+         .writeStream.foreach(record).option("checkpointLocation", tempfile.mkdtemp()).start())
+    # Let the query settle on its first (empty) micro-batch before publishing.
+    deadline = time.monotonic() + 60
+    while not q.recentProgress and time.monotonic() < deadline:
+        time.sleep(0.1)
+
+    async def publish() -> int:
+        nc = await nats.connect(url)
+        js = nc.jetstream()
+        n, start = 0, time.monotonic()
+        while time.monotonic() - start < seconds:
+            due = start + n / rate
+            delay = due - time.monotonic()
+            if delay > 0:
+                await asyncio.sleep(delay)  # pacing the publisher, not waiting on a result
+            await nc.publish(f"{stream}.lat", struct.pack(">d", time.time()) + b"x" * 92)
+            n += 1
+        await nc.flush()
+        await js.stream_info(stream)
+        await nc.close()
+        return n
+
+    sent = asyncio.run(publish())
+    deadline = time.monotonic() + 60
+    values: list[float] = []
+    while time.monotonic() < deadline:
+        values = []
+        for name in os.listdir(out_dir):
+            with open(os.path.join(out_dir, name)) as f:
+                values += [float(x) for x in f.read().split()]
+        if len(values) >= sent:
+            break
+        time.sleep(0.2)
+    q.stop()
+    values.sort()
+    assert values, "no latency samples arrived"
+    p50 = values[len(values) // 2]
+    p99 = values[min(len(values) - 1, int(len(values) * 0.99))]
+    return p50, p99, len(values)
+
+
+def write_chart(results: list[Result], path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    labels = [r.path for r in results]
+    values = [r.rows_per_s / 1000 for r in results]
+    colors = ["#3aa657" if r.path.startswith("memory") else "#9aa5b1" if r.baseline is None else "#2f6fdf"
+              for r in results]
+    fig, ax = plt.subplots(figsize=(11, 0.45 * len(results) + 1.5))
+    ax.barh(labels, values, color=colors)
+    ax.invert_yaxis()
+    ax.set_xlabel("thousand rows/s (grey: baseline measured in the same run; green: memory runs)")
+    ax.set_title("pyspark-jetstream throughput by path and message size")
+    for y, v in enumerate(values):
+        ax.text(v, y, f" {v:,.0f}k", va="center", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def print_table(results: list[Result]) -> str:
+    """Print the Markdown table and return it."""
     by_path = {r.path: r for r in results}
-    print("\n| path | rows | size | rows/s | MB/s | ratio to baseline | worker peak RSS |")
-    print("|---|---:|---:|---:|---:|---:|---:|")
+    lines = [
+        "| path | rows | size | rows/s | MB/s | ratio to baseline | worker peak RSS |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
     for r in results:
         ratio = f"{r.rows_per_s / by_path[r.baseline].rows_per_s:.2f}x ({r.baseline})" if r.baseline else "baseline"
+        if r.baseline is None and r.path.startswith("memory"):
+            ratio = ""
         rss = f"{r.rss_mib:.0f} MiB" if r.rss_mib is not None else ""
-        print(f"| {r.path} | {r.rows:,} | {r.size} B | {r.rows_per_s:,.0f} | {r.mb_per_s:.1f} | {ratio} | {rss} |")
+        lines.append(f"| {r.path} | {r.rows:,} | {r.size} B | {r.rows_per_s:,.0f} | {r.mb_per_s:.1f} | {ratio} | {rss} |")
+    table = "\n".join(lines)
+    print(table)
+    return table
 
 
 def main() -> int:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--quick", action="store_true", help="smaller sizes")
+    parser.add_argument("--quick", action="store_true", help="smaller sizes (under 3 minutes)")
     parser.add_argument("--repeat", type=int, default=2, help="runs per path; the best is kept")
+    parser.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results"))
     args = parser.parse_args()
+    quick, repeat = args.quick, (1 if args.quick else args.repeat)
+
+    read_sets = [(100_000, 100), (20_000, 1024)] if quick else [(500_000, 100), (100_000, 1024)]
+    write_sets = [(50_000, 100), (10_000, 1024)] if quick else [(200_000, 100), (50_000, 1024)]
+    naive_rows = 20_000 if quick else 300_000
+    memory_rows, memory_ranges = (100_000, (25_000, 100_000)) if quick else (1_000_000, (250_000, 1_000_000))
+    latency_seconds = 8 if quick else 20
+
+    # The naive source's module must be importable by Spark's Python workers too.
+    here = os.path.dirname(os.path.abspath(__file__))
+    os.environ["PYTHONPATH"] = here + os.pathsep + os.environ.get("PYTHONPATH", "")
+    sys.path.insert(0, here)
 
     from pyspark.sql import SparkSession
+    from pyspark.sql import functions as F
 
     from pyspark_jetstream.server import EmbeddedNatsServer
 
-    write_sizes = [(50_000, 100)] if args.quick else [(200_000, 100), (50_000, 1024)]
-    read_rows = 100_000 if args.quick else 500_000
     results: list[Result] = []
+    notes: list[str] = []
+    started = time.perf_counter()
     with EmbeddedNatsServer() as server:
+        url = server.url
         spark = (
             SparkSession.builder.master("local[2]").appName("jetstream-bench")
             .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false").getOrCreate()
         )
         spark.sparkContext.setLogLevel("ERROR")
-        # Reads first, while the Python workers are fresh, so their peak RSS is the read's.
-        asyncio.run(make_stream(server.url, "READ"))
-        asyncio.run(raw_publish(server.url, "READ", read_rows, 100, headers=False))
-        connector_batch_read(spark, server.url, "READ", 2)  # warm-up
-        raw_read = min(asyncio.run(raw_pull_to_arrow(server.url, "READ", read_rows)) for _ in range(args.repeat))
-        base = f"raw nats-py pull to Arrow {read_rows // 1000}k x 100 B"
-        results.append(Result(base, read_rows, 100, raw_read))
-        for parts in (1, 2):
-            best = min(connector_batch_read(spark, server.url, "READ", parts) for _ in range(args.repeat))
-            results.append(Result(f"batch read {read_rows // 1000}k x 100 B, {parts} partition(s)", read_rows, 100,
-                                  best, base, WorkerRss.peak_mib()))
-        best = min(connector_stream_read(spark, server.url, "READ", 2, 100_000) for _ in range(args.repeat))
-        results.append(Result(f"streaming read (AvailableNow, 100k per trigger) {read_rows // 1000}k x 100 B",
-                              read_rows, 100, best, base, WorkerRss.peak_mib()))
 
-        # Warm up the write path.
-        asyncio.run(make_stream(server.url, "WARM"))
-        connector_batch_write(spark, server.url, "WARM", 5_000, 100, 2)
+        # ---- reads (first, while the Python workers are fresh)
+        for rows, size in read_sets:
+            name = f"READ{size}"
+            asyncio.run(make_stream(url, name))
+            asyncio.run(raw_publish(url, name, rows, size, headers=False))
+            connector_batch_read(spark, url, name, 2)  # warm-up
+            label = f"{rows // 1000}k x {size} B"
+            base = f"raw nats-py pull to Arrow {label}"
+            raw = min(asyncio.run(raw_pull_to_arrow(url, name, rows)) for _ in range(repeat))
+            results.append(Result(base, rows, size, raw))
+            for parts in (1, 2):
+                t, rss = timed(connector_batch_read, spark, url, name, parts, repeat=repeat)
+                results.append(Result(f"batch read {label}, {parts} partition(s)", rows, size, t, base, rss))
+            if size == 100:
+                t, rss = timed(connector_stream_read, spark, url, name, 2, 100_000, repeat=repeat)
+                results.append(Result(f"streaming read {label} (AvailableNow, 100k/trigger)", rows, size, t, base, rss))
+                naive = naive_stream_read(spark, url, name, naive_rows)
+                nbase = f"naive driver-fetch source {naive_rows // 1000}k x {size} B"
+                results.append(Result(nbase, naive_rows, size, naive))
+                t = connector_stream_read_until(spark, url, name, naive_rows)
+                results.append(Result(f"connector streaming read {naive_rows // 1000}k x {size} B (100k/trigger)",
+                                      naive_rows, size, t, nbase))
+
+        # ---- memory: worker RSS must not grow with the range length
+        asyncio.run(make_stream(url, "MEM"))
+        asyncio.run(raw_publish(url, "MEM", memory_rows, 1024, headers=False))
+        for length in memory_ranges:
+            t, rss = timed(connector_batch_read, spark, url, "MEM", 2, length)
+            results.append(Result(f"memory: batch read {length // 1000}k x 1 KiB, 2 partitions", length, 1024, t,
+                                  None, rss))
+
+        # ---- writes
+        asyncio.run(make_stream(url, "WARM"))
+        connector_batch_write(spark, url, "WARM", 5_000, 100, 2)
         n = 0
-        for rows, size in write_sizes:
+        for rows, size in write_sets:
             raw_best = conn_best = float("inf")
-            for _ in range(args.repeat):
+            for _ in range(repeat):
                 n += 1
-                raw_stream, conn_stream = f"RAW{n}", f"CONN{n}"
-                asyncio.run(make_stream(server.url, raw_stream))
-                raw_best = min(raw_best, asyncio.run(raw_publish(server.url, raw_stream, rows, size)))
-                asyncio.run(make_stream(server.url, conn_stream))
-                conn_best = min(conn_best, connector_batch_write(spark, server.url, conn_stream, rows, size, 2))
-                stored = asyncio.run(stream_messages(server.url, conn_stream))
-                assert stored == rows, (stored, rows)
-            base = f"raw nats-py publish {rows // 1000}k x {size} B"
+                asyncio.run(make_stream(url, f"RAW{n}"))
+                raw_best = min(raw_best, asyncio.run(raw_publish(url, f"RAW{n}", rows, size)))
+                asyncio.run(make_stream(url, f"CONN{n}"))
+                conn_best = min(conn_best, connector_batch_write(spark, url, f"CONN{n}", rows, size, 2))
+                assert asyncio.run(stream_messages(url, f"CONN{n}")) == rows
+            label = f"{rows // 1000}k x {size} B"
+            base = f"raw nats-py publish {label}"
             results.append(Result(base, rows, size, raw_best))
-            results.append(Result(f"batch write {rows // 1000}k x {size} B (2 partitions)", rows, size, conn_best, base))
+            results.append(Result(f"batch write {label}, TTL + msg id, 2 partitions", rows, size, conn_best, base))
+            if size == 100:
+                parquet_dir = os.path.join(args.out, ".tmp-parquet")
+                (spark.range(rows, numPartitions=2)
+                 .select(F.concat(F.lit("SWRITE.s"), (F.col("id") % 8).cast("string")).alias("subject"),
+                         F.expr(f"cast(repeat('x', {size}) as binary)").alias("data"), F.lit("1h").alias("ttl"))
+                 .write.mode("overwrite").parquet(parquet_dir))
+                best = float("inf")
+                for r in range(repeat):
+                    asyncio.run(api_once(url, "SWRITE", r))
+                    best = min(best, connector_stream_write(spark, url, "SWRITE", parquet_dir))
+                results.append(Result(f"streaming write {label} (Parquet files -> jetstream, addBatch time)",
+                                      rows, size, best, base))
+
+        # ---- latency
+        asyncio.run(make_stream(url, "LAT"))
+        p50, p99, samples = latency(spark, url, "LAT", 2000, latency_seconds)
+        notes.append(f"End-to-end latency at 2,000 msg/s, default trigger, foreach sink: p50 {p50:.0f} ms, "
+                     f"p99 {p99:.0f} ms ({samples:,} messages over {latency_seconds} s).")
         spark.stop()
-    print_table(results)
+
+    table = print_table(results)
+    notes.append(f"Total harness time: {time.perf_counter() - started:.0f} s ({'quick' if quick else 'full'} run).")
+    for note in notes:
+        print(note)
+    os.makedirs(args.out, exist_ok=True)
+    suffix = "quick" if quick else "full"
+    with open(os.path.join(args.out, f"bench-{suffix}.md"), "w") as f:
+        f.write(table + "\n\n" + "\n".join(notes) + "\n")
+    write_chart(results, os.path.join(args.out, f"bench-{suffix}.png"))
+    print(f"Wrote {args.out}/bench-{suffix}.md and .png")
     return 0
+
+
+async def api_once(url: str, stream: str, attempt: int) -> None:
+    """A fresh target stream for each streaming-write repeat (so msg ids are not deduplicated)."""
+    import nats
+
+    nc = await nats.connect(url)
+    try:
+        if attempt:
+            await api(nc, f"STREAM.DELETE.{stream}", {})
+        await api(nc, f"STREAM.CREATE.{stream}", {"name": stream, "subjects": [f"{stream}.>"], "storage": "file",
+                                                  "allow_msg_ttl": True})
+    finally:
+        await nc.close()
 
 
 if __name__ == "__main__":

@@ -1,0 +1,21 @@
+"""The benchmark harness runs end to end (on request: pytest -m slow tests/perf)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).with_name("bench.py")
+
+
+@pytest.mark.slow
+def test_quick_bench_writes_its_table_and_chart(tmp_path):
+    done = subprocess.run([sys.executable, str(BENCH), "--quick", "--out", str(tmp_path)],
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    table = (tmp_path / "bench-quick.md").read_text()
+    assert "| batch read" in table and "| batch write" in table and "p50" in table
+    assert (tmp_path / "bench-quick.png").stat().st_size > 10_000
