@@ -49,12 +49,15 @@ nats-py would loop forever with unlimited reconnects, so the limit is lifted
 only once the connection is up."""
 
 
-def connect_kwargs(opts: ConnectionOptions, errors_seen: list[BaseException] | None = None) -> dict[str, Any]:
+def connect_kwargs(opts: ConnectionOptions, errors_seen: list[BaseException] | None = None,
+                   events: Any = None) -> dict[str, Any]:
     """Keyword arguments for ``nats.connect``; contains secrets, so never log it."""
 
     async def quiet_error_cb(exc: Exception) -> None:
         if errors_seen is not None:
             errors_seen.append(exc)
+        if events is not None:
+            events.on_error(exc)
         log.debug("NATS connection event: %s", type(exc).__name__)
 
     kwargs: dict[str, Any] = {
@@ -94,7 +97,7 @@ async def open_connection(opts: ConnectionOptions):
     # nats-py can stall in a failing TLS upgrade; bound the whole first connect.
     budget = opts.connect_timeout * (INITIAL_CONNECT_ATTEMPTS + 1) + 2.0
     try:
-        nc = await asyncio.wait_for(nats.connect(**connect_kwargs(opts, seen), **events.callbacks()), budget)
+        nc = await asyncio.wait_for(nats.connect(**connect_kwargs(opts, seen, events), **events.callbacks()), budget)
     except Exception as exc:  # nats-py raises a zoo of types here; translate them all
         def is_auth(error: BaseException) -> bool:
             lowered = str(error).lower()

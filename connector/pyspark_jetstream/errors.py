@@ -57,7 +57,8 @@ class JetStreamApiError(JetStreamConnectorError):
         self.code = code
         self.err_code = err_code
         self.description = description
-        super().__init__(f"JetStream API {api} failed: {description} (code {code}, err_code {err_code})")
+        codes = f"code {code}, err_code {err_code}" if err_code else f"code {code}"
+        super().__init__(f"JetStream API {api} failed: {description} ({codes})")
 
 
 class StreamConfigError(JetStreamConnectorError):

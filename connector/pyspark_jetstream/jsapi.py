@@ -34,6 +34,11 @@ async def request(nc, api: str, body: dict[str, Any] | None = None, timeout: flo
     except nats.errors.NoRespondersError:
         raise JetStreamApiError(api, 503, 0, "no responders: is JetStream enabled on the server?") from None
     except nats.errors.TimeoutError:
+        from .wire import events_of
+
+        refused = events_of(nc).permission_error_for(f"{API_PREFIX}.{api}")
+        if refused is not None:
+            raise JetStreamApiError(api, 403, 0, f"the server refused it: {refused}") from None
         raise JetStreamApiError(api, 408, 0, f"no reply within {timeout:g}s") from None
     reply = json.loads(msg.data or b"{}")
     error = reply.get("error")

@@ -61,6 +61,9 @@ class Publisher:
         self.reply_prefix = ""
 
     async def start(self) -> Publisher:
+        from .wire import events_of
+
+        events_of(self._nc).listeners.add(self)
         inbox = self._nc.new_inbox()
         self.reply_prefix = inbox + "."
         self._prefix_len = len(self.reply_prefix)
@@ -95,6 +98,21 @@ class Publisher:
         if inflight <= self._low_water:
             self._room.set()
         if inflight == 0:
+            self._done.set()
+
+    def on_permission_error(self, text: str) -> None:
+        """The server refused a publish (async -ERR, no PubAck will come): fail the frames it names."""
+        lowered = text.lower()
+        inbox_refused = f'"{self.reply_prefix}*"'.lower() in lowered  # no PubAck could ever arrive
+        for token, frame in list(self._inflight.items()):
+            subject = frame.split(b" ", 2)[1].decode()
+            if inbox_refused or f'"{subject}"'.lower() in lowered:
+                del self._inflight[token]
+                self._fail(token, frame, 403, None, text, token.startswith(DEAD_LETTER_TAG))
+        self._last_progress = time.monotonic()
+        if len(self._inflight) <= self._low_water:
+            self._room.set()
+        if not self._inflight:
             self._done.set()
 
     def _fail(self, token: str, frame: bytes, code: int, err_code, description: str, dead_letter: bool) -> None:
@@ -145,6 +163,9 @@ class Publisher:
             await self._wait(self._done, "end of partition")
 
     async def close(self) -> None:
+        from .wire import events_of
+
+        events_of(self._nc).listeners.discard(self)
         if self._sub is not None:
             # The connection may already be gone; then there is nothing left to release.
             with contextlib.suppress(Exception):

@@ -153,6 +153,7 @@ class RowRejection:
     err_code: int | None = None
     payload: bytes = b""
     ttl: str | None = None
+    status: int | None = None  # a status-only refusal (503 no stream, 403 permissions), no err_code
 
 
 @dataclass

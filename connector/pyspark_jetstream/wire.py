@@ -60,18 +60,44 @@ async def raw_unsubscribe(nc: Any, sub: Any) -> None:
 
 
 class ConnectionEvents:
-    """Fan-out of a connection's disconnect/reconnect callbacks to the readers using it."""
+    """Fan-out of a connection's events to the readers and publishers using it.
+
+    Permission violations matter most: the server answers a refused publish with
+    an asynchronous ``-ERR`` and nothing on the reply subject, so without this a
+    refused write would only surface as a PubAck timeout.
+    """
 
     def __init__(self) -> None:
         self.listeners: set[Any] = set()
+        self.permission_errors: list[str] = []
+
+    def on_error(self, exc: BaseException) -> None:
+        text = str(exc)
+        if "permissions violation" not in text.lower():
+            return
+        self.permission_errors = self.permission_errors[-99:] + [text.removeprefix("nats: ")]
+        for listener in list(self.listeners):
+            handler = getattr(listener, "on_permission_error", None)
+            if handler is not None:
+                handler(text.removeprefix("nats: "))
+
+    def permission_error_for(self, subject: str) -> str | None:
+        """The last recorded violation that names ``subject``, if any."""
+        needle = f'"{subject}"'.lower()
+        for text in reversed(self.permission_errors):
+            if needle in text.lower():
+                return text
+        return None
 
     async def disconnected(self) -> None:
         for listener in list(self.listeners):
-            listener.on_disconnected()
+            if hasattr(listener, "on_disconnected"):
+                listener.on_disconnected()
 
     async def reconnected(self) -> None:
         for listener in list(self.listeners):
-            listener.on_reconnected()
+            if hasattr(listener, "on_reconnected"):
+                listener.on_reconnected()
 
     def callbacks(self) -> dict[str, Callable[[], Awaitable[None]]]:
         return {"disconnected_cb": self.disconnected, "reconnected_cb": self.reconnected}

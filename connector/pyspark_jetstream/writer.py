@@ -79,7 +79,8 @@ def dead_letter_frame(rejection: RowRejection, dlq_subject: str, reply: str, par
         pairs.append((hdrs.MSG_ID, f"{msg_id_prefix}dlq.{rejection.position}"))
     pairs += [
         (DLQ_ERROR, _escape(rejection.reason)),
-        (DLQ_ERR_CODE, str(rejection.err_code) if rejection.err_code is not None else "client"),
+        (DLQ_ERR_CODE, str(rejection.err_code) if rejection.err_code is not None
+         else f"status {rejection.status}" if rejection.status is not None else "client"),
         (DLQ_SUBJECT, _escape(rejection.subject)),
         (DLQ_ROW, f"{partition}:{rejection.position}"),
     ]
@@ -152,8 +153,11 @@ def write_partition(plan: SinkPlan, batches: Iterable[Any]) -> SinkCommitMessage
             subject, block, payload = parse_hpub_frame(f.frame)
             _, parsed = hdrs.parse_block(block)
             ttl = (parsed.get(hdrs.TTL) or [None])[0]
-            rejections.append(RowRejection(f.position, subject, f.description or f"status {f.code}",
-                                           err_code=f.err_code if f.err_code is not None else f.code,
+            reason = f.description or f"status {f.code}"
+            if f.err_code is None:
+                reason += f" (status {f.code})"
+            rejections.append(RowRejection(f.position, subject, reason, err_code=f.err_code,
+                                           status=None if f.err_code is not None else f.code,
                                            payload=payload, ttl=ttl, value=ttl))
             originals[f.position] = block
         divert(rejections, originals)

@@ -1,0 +1,61 @@
+"""Authorization: refused publishes and reads fail clearly, and nothing else is published."""
+
+from __future__ import annotations
+
+import pytest
+
+from pyspark_jetstream.server import EmbeddedNatsServer
+
+from ..helpers import SyncNats
+
+CONFIG = """
+authorization {
+  users = [
+    { user: admin, password: adminpw }
+    { user: writer, password: writerpw,
+      permissions: { publish: { allow: ["orders.>", "$JS.API.>"] }, subscribe: { allow: ["_INBOX.>"] } } }
+    { user: reader, password: readerpw,
+      permissions: {
+        publish: { allow: ["$JS.API.STREAM.INFO.ORDERS", "$JS.API.CONSUMER.*.ORDERS.>", "$JS.API.CONSUMER.MSG.NEXT.ORDERS.>",
+                           "$JS.API.STREAM.MSG.GET.ORDERS"] }
+        subscribe: { allow: ["_INBOX.>"] } } }
+  ]
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def secured():
+    with EmbeddedNatsServer(config=CONFIG) as server:
+        admin = SyncNats(server.url, user="admin", password="adminpw")
+        admin.add_stream("ORDERS", ["orders.>"])
+        admin.add_stream("PAYMENTS", ["payments.>"])
+        yield server, admin
+        admin.close()
+
+
+def test_publish_outside_the_allowed_subjects_fails_clearly(spark, secured):
+    server, admin = secured
+    rows = [("orders.a", "1"), ("orders.b", "2"), ("payments.x", "3"), ("orders.c", "4")]
+    df = spark.createDataFrame(rows, "subject string, data string").coalesce(1)
+    with pytest.raises(Exception) as info:
+        (df.write.format("jetstream").mode("append").option("servers", server.url).option("user", "writer")
+         .option("password", "writerpw").option("ackTimeout", "120s").save())
+    text = str(info.value)
+    assert "subject 'payments.x'" in text and 'permissions violation for publish to "payments.x" (status 403)' in text
+    assert "writerpw" not in text
+    assert admin.stream_state("PAYMENTS")["messages"] == 0
+    assert admin.stream_state("ORDERS")["messages"] >= 2  # the allowed rows before it
+
+
+def test_reading_a_forbidden_stream_fails_clearly(spark, secured):
+    server, admin = secured
+    assert "error" not in admin.publish_raw("orders.r", None, b"r")
+    ok = (spark.read.format("jetstream").option("servers", server.url).option("user", "reader")
+          .option("password", "readerpw").option("stream", "ORDERS").load())
+    assert ok.count() >= 1
+    # nats-py lowercases the server's -ERR text, subject included.
+    with pytest.raises(Exception, match=r'(?i)STREAM.INFO.PAYMENTS failed: the server refused it: permissions violation '
+                                        r'for publish to "\$JS.API.STREAM.INFO.PAYMENTS"'):
+        (spark.read.format("jetstream").option("servers", server.url).option("user", "reader")
+         .option("password", "readerpw").option("stream", "PAYMENTS").load().count())
