@@ -113,3 +113,28 @@ class SyncNats:
     def close(self) -> None:
         self.run(self.nc.close())
         self._loop.call_soon_threadsafe(self._loop.stop)
+
+
+async def fill_stream(url: str, subject: str, count: int) -> None:
+    """Publish ``count`` small messages fast (pipelined, every PubAck checked)."""
+    import nats
+
+    nc = await nats.connect(url)
+    inbox = nc.new_inbox()
+    done, acked, errors = asyncio.Event(), [0], []
+
+    async def on_ack(msg):
+        if b'"error"' in msg.data:
+            errors.append(msg.data)
+        acked[0] += 1
+        if acked[0] == count:
+            done.set()
+
+    await nc.subscribe(inbox + ".*", cb=on_ack)
+    for i in range(count):
+        await nc.publish(subject, b"p" * 100, reply=f"{inbox}.{i}")
+        if i % 5000 == 4999:
+            await nc.flush()
+    await asyncio.wait_for(done.wait(), 60)
+    await nc.close()
+    assert not errors, errors[:3]

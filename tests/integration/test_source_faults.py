@@ -8,32 +8,7 @@ import threading
 
 from pyspark_jetstream.server import EmbeddedNatsServer
 
-from ..helpers import SyncNats, wait_until
-
-
-async def _fill(url: str, stream: str, count: int) -> None:
-    """Publish ``count`` small messages fast (pipelined, every PubAck checked)."""
-    import nats
-
-    nc = await nats.connect(url)
-    inbox = nc.new_inbox()
-    done, acked, errors = asyncio.Event(), [0], []
-
-    async def on_ack(msg):
-        if b'"error"' in msg.data:
-            errors.append(msg.data)
-        acked[0] += 1
-        if acked[0] == count:
-            done.set()
-
-    await nc.subscribe(inbox + ".*", cb=on_ack)
-    for i in range(count):
-        await nc.publish(f"{stream.lower()}.x", b"p" * 100, reply=f"{inbox}.{i}")
-        if i % 5000 == 4999:
-            await nc.flush()
-    await asyncio.wait_for(done.wait(), 60)
-    await nc.close()
-    assert not errors, errors[:3]
+from ..helpers import SyncNats, fill_stream, wait_until
 
 
 def test_server_killed_mid_partition_read_rides_through(spark, tmp_path):
@@ -42,7 +17,7 @@ def test_server_killed_mid_partition_read_rides_through(spark, tmp_path):
         client = SyncNats(server.url)
         client.add_stream("RESTART", ["restart.>"], storage="file")
         client.close()
-        asyncio.run(_fill(server.url, "RESTART", count))
+        asyncio.run(fill_stream(server.url, "restart.x", count))
 
         reached, resume = str(tmp_path / "reached"), str(tmp_path / "resume")
 

@@ -1,0 +1,130 @@
+"""Faults the guarantees must survive: a lost commit, a lost consumer, stream limits."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import threading
+
+import pytest
+from pyspark.sql import functions as F
+
+from ..helpers import fill_stream, wait_until
+
+
+def _json_files(directory, files: int, rows: int) -> None:
+    os.makedirs(directory, exist_ok=True)
+    for f in range(files):
+        path = os.path.join(directory, f"part-{f:03d}.json")
+        with open(path, "w") as out:
+            for r in range(rows):
+                out.write(json.dumps({"id": f * rows + r, "data": f"row-{f * rows + r}"}) + "\n")
+        os.utime(path, (1_700_000_000 + f * 10, 1_700_000_000 + f * 10))
+
+
+def test_crash_between_write_and_commit_is_deduplicated(spark, nats_server, nats_client, stream_name, tmp_path):
+    """A driver crash after the sink wrote a batch but before Spark recorded its commit
+    leaves the offsets without the commit file; the restarted query replays the batch."""
+    nats_client.add_stream(stream_name, [f"{stream_name}.>"])
+    _json_files(tmp_path / "in", files=3, rows=100)
+    checkpoint = tmp_path / "chk"
+
+    def run():
+        q = (spark.readStream.schema("id long, data string").option("maxFilesPerTrigger", 1).json(str(tmp_path / "in"))
+             .select(F.lit(f"{stream_name}.x").alias("subject"), "data")
+             .writeStream.format("jetstream").option("servers", nats_server.url).option("stream", stream_name)
+             .option("checkpointLocation", str(checkpoint)).trigger(availableNow=True).start())
+        q.awaitTermination(120)
+        assert q.exception() is None
+        return q
+
+    run()
+    assert nats_client.stream_state(stream_name)["messages"] == 300
+    commits = sorted(int(n) for n in os.listdir(checkpoint / "commits") if n.isdigit())
+    # What a crash before the commit leaves: neither the commit file nor its checksum.
+    os.remove(checkpoint / "commits" / str(commits[-1]))
+    crc = checkpoint / "commits" / f".{commits[-1]}.crc"
+    if crc.exists():
+        os.remove(crc)
+    q = run()
+    replayed = [p for p in q.recentProgress if p["numInputRows"]]
+    assert len(replayed) == 1 and replayed[0]["batchId"] == commits[-1] and replayed[0]["numInputRows"] == 100
+    assert nats_client.stream_state(stream_name)["messages"] == 300  # the server dropped the 100 copies
+    assert sorted(m.data for m in nats_client.messages(stream_name)) == sorted(f"row-{i}".encode() for i in range(300))
+
+
+def test_consumer_deleted_mid_read_is_recreated(spark, nats_server, nats_client, stream_name, tmp_path):
+    nats_client.add_stream(stream_name, [f"{stream_name}.>"])
+    # Enough data that the reader is still mid-range while the gate holds the pipeline.
+    asyncio.run(fill_stream(nats_server.url, f"{stream_name}.x", 100_000))
+    reached, resume = str(tmp_path / "reached"), str(tmp_path / "resume")
+
+    def gate(batches):
+        import time
+
+        first = True
+        for batch in batches:
+            if first:
+                open(reached, "w").close()
+                deadline = time.monotonic() + 120
+                while not os.path.exists(resume) and time.monotonic() < deadline:
+                    time.sleep(0.05)  # a barrier with a deadline: the test deletes the consumer meanwhile
+                first = False
+            yield batch
+
+    df = (spark.read.format("jetstream").option("servers", nats_server.url).option("stream", stream_name)
+          .option("numPartitions", "1").option("batchSize", "50").option("consume.maxMessages", "100").load())
+    result: dict = {}
+
+    def run() -> None:
+        try:
+            result["seqs"] = [r.seq for r in df.mapInArrow(gate, df.schema).select("seq").collect()]
+        except Exception as exc:
+            result["error"] = exc
+
+    reader = threading.Thread(target=run)
+    reader.start()
+    wait_until(lambda: os.path.exists(reached), timeout=120)
+    names = nats_client.api(f"CONSUMER.NAMES.{stream_name}")["consumers"]
+    assert names, "the partition's consumer should exist mid-read"
+    for name in names:
+        assert "error" not in nats_client.api(f"CONSUMER.DELETE.{stream_name}.{name}")
+    open(resume, "w").close()
+    reader.join(300)
+    assert "error" not in result, result.get("error")
+    assert sorted(result["seqs"]) == list(range(1, 100_001))
+
+
+@pytest.mark.parametrize(
+    "config, rows, needle",
+    [
+        ({"max_bytes": 2000, "discard": "new"}, 40, "maximum bytes exceeded"),
+        ({"max_msg_size": 200}, 1, "message size exceeds maximum allowed"),
+    ],
+)
+def test_stream_limits_fail_with_the_server_error(spark, nats_server, nats_client, stream_name, config, rows, needle):
+    nats_client.add_stream(stream_name, [f"{stream_name}.>"], **config)
+    df = spark.createDataFrame([("x" * 300,) for _ in range(rows)], "data string").coalesce(1)
+    with pytest.raises(Exception, match=rf"subject '{stream_name}.x' failed: {needle}.*server err_code \d+"):
+        (df.write.format("jetstream").mode("append").option("servers", nats_server.url)
+         .option("stream", stream_name).option("subject", f"{stream_name}.x").save())
+
+
+def test_max_msgs_per_subject_one_keeps_the_latest(spark, nats_server, nats_client, stream_name):
+    """Documented behaviour: with MaxMsgsPerSubject=1 every publish replaces the subject's previous message."""
+    nats_client.add_stream(stream_name, [f"{stream_name}.>"], max_msgs_per_subject=1)
+    df = spark.createDataFrame([(f"{stream_name}.k{i % 3}", str(i)) for i in range(9)], "subject string, data string")
+    df.coalesce(1).write.format("jetstream").mode("append").option("servers", nats_server.url) \
+        .option("stream", stream_name).save()
+    latest = {m.subject: m.data for m in nats_client.messages(stream_name)}
+    assert latest == {f"{stream_name}.k0": b"6", f"{stream_name}.k1": b"7", f"{stream_name}.k2": b"8"}
+
+
+def test_message_above_max_payload_is_refused_client_side(spark, nats_server, nats_client, stream_name):
+    nats_client.add_stream(stream_name, [f"{stream_name}.>"])
+    big = "x" * (nats_client.nc.max_payload + 1)
+    df = spark.createDataFrame([("small",), (big,)], "data string").coalesce(1)
+    with pytest.raises(Exception, match="row 1 of partition 0 .* more than the server's max_payload"):
+        (df.write.format("jetstream").mode("append").option("servers", nats_server.url)
+         .option("stream", stream_name).option("subject", f"{stream_name}.x").save())
