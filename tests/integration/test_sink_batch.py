@@ -303,3 +303,32 @@ def test_task_commit_message_counts_published_duplicates_dead_letters_expired(sp
     assert nats_client.stream_state(stream_name)["messages"] == 2
     # The dead letter carries a deterministic id too, so the second one was a duplicate in the DLQ stream.
     assert nats_client.stream_state(stream_name + "DLQ")["messages"] == 1
+
+
+def test_hostile_rows_go_to_dead_letters_and_good_rows_are_unaffected(spark, nats_server, nats_client, stream_name):
+    nats_client.add_stream(stream_name, [f"{stream_name}.>"])
+    nats_client.add_stream(stream_name + "DLQ", [f"{stream_name}dlq"])
+    s = stream_name
+    rows = [
+        (f"{s}.ok", "good1", {"X-Fine": "1"}),
+        ("", "empty-subject", None),
+        (f"{s}.>", "wildcard", None),
+        (f"{s}. x", "whitespace", None),
+        (f"{s}.ok", "crlf-value", {"X-A": "v\r\nNats-Msg-Id: forged"}),
+        (f"{s}.ok", "colon-name", {"X:A": "v"}),
+        (f"{s}.ok", "reserved", {"Nats-Expected-Last-Sequence": "1"}),
+        (f"{s}.ok", "marker", {"Nats-Marker-Reason": "MaxAge"}),
+        (f"{s}.ok", "rollup", {"Nats-Rollup": "all"}),
+        (f"{s}.ok", "good2", None),
+    ]
+    df = spark.createDataFrame(rows, "subject string, data string, headers map<string,string>").coalesce(1)
+    write(df, nats_server, stream=s, deadLetterSubject=f"{s}dlq")
+    stored = nats_client.messages(s)
+    assert [m.data for m in stored] == [b"good1", b"good2"]
+    assert stored[0].headers["X-Fine"] == ["1"]
+    dead = {m.data: m.headers for m in nats_client.messages(s + "DLQ")}
+    assert set(dead) == {b"empty-subject", b"wildcard", b"whitespace", b"crlf-value", b"colon-name", b"reserved",
+                         b"marker", b"rollup"}
+    assert all(h["Spark-JetStream-Err-Code"] == ["client"] for h in dead.values())
+    assert "X-A" not in dead[b"crlf-value"] and "forged" not in str(dead[b"crlf-value"].get("Nats-Msg-Id"))
+    assert dead[b"reserved"]["Spark-JetStream-Row"] == ["0:6"]

@@ -294,3 +294,15 @@ def test_range_whose_tail_was_deleted_ends_without_waiting(spark, nats_server, n
     rows = read(spark, nats_server, stream=stream_name, numPartitions="3", consume__expires="60s").collect()
     assert sorted(r.seq for r in rows) == [1, 2, 3, 4, 5, 6, 7, 11]
     assert time.monotonic() - started < 45  # no partition waited 60s for its pull request to expire
+
+
+def test_odd_headers_and_binary_payloads_come_through_intact(spark, nats_server, nats_client, stream_name):
+    nats_client.add_stream(stream_name, [f"{stream_name}.>"])
+    odd = b"NATS/1.0\r\nEmpty:\r\nStatus: 503\r\nDescription: No Messages\r\nX-Dup: a\r\nX-Dup: a\r\n\r\n"
+    assert "error" not in nats_client.publish_raw(f"{stream_name}.odd", odd, b"\xff\xfe\x00\x80not-utf8")
+    assert "error" not in nats_client.publish_raw(f"{stream_name}.empty", None, b"")
+    rows = {r.subject.split(".")[1]: r for r in read(spark, nats_server, stream=stream_name).collect()}
+    assert rows["odd"].data == b"\xff\xfe\x00\x80not-utf8"
+    assert dict(rows["odd"].headers) == {"Empty": [""], "Status": ["503"], "Description": ["No Messages"],
+                                         "X-Dup": ["a", "a"]}
+    assert rows["empty"].data == b"" and rows["empty"].headers is None

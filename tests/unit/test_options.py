@@ -10,7 +10,9 @@ from pyspark_jetstream.errors import OptionError
 from pyspark_jetstream.options import (
     CONNECTION_OPTIONS,
     SINK_OPTIONS,
+    SOURCE_OPTIONS,
     parse_sink_options,
+    parse_source_options,
 )
 
 
@@ -126,3 +128,15 @@ def test_any_value_parses_or_raises_option_error(name, value):
         parse_sink_options({name: value})
     except OptionError as exc:
         assert exc.option in _NAMES + ["stream", "stream.subjects", "password", "user", "deadLetterSubject"]
+
+
+_SOURCE_NAMES = [s.name for s in SOURCE_OPTIONS if s.name not in ("stream", "bucket")]
+
+
+@given(st.sampled_from(_SOURCE_NAMES), st.text(max_size=40), st.booleans())
+def test_any_source_value_parses_or_raises_option_error(name, value, streaming):
+    try:
+        parse_source_options({"stream": "S", name: value}, streaming=streaming)
+    except OptionError as exc:
+        assert exc.option in _SOURCE_NAMES + ["stream"]
+        assert exc.option in str(exc)
