@@ -57,3 +57,22 @@ def test_mutual_tls(spark, pki):
         _write_one(spark, server.url, tlsCaFile=pki["ca"], tlsCertFile=pki["client_cert"], tlsKeyFile=pki["client_key"])
         with pytest.raises(Exception, match="Cannot connect to NATS"):
             _write_one(spark, server.url, tlsCaFile=pki["ca"], connectTimeout="2s")  # no client certificate
+
+
+def test_creds_file_in_operator_mode(spark, tmp_path):
+    from ..jwt_auth import make_operator_setup
+
+    setup = make_operator_setup()
+    creds = tmp_path / "user.creds"
+    creds.write_text(setup["creds"])
+    with EmbeddedNatsServer(config=setup["config"]) as server:
+        _write_one(spark, server.url, credsFile=str(creds))
+        rows = (spark.read.format("jetstream").option("servers", server.url).option("credsFile", str(creds))
+                .option("stream", "AUTH").load().collect())
+        assert [r.data for r in rows] == [b"hello"]
+        stranger = make_operator_setup("other")  # a user of an operator this server does not trust
+        wrong = tmp_path / "wrong.creds"
+        wrong.write_text(stranger["creds"])
+        with pytest.raises(Exception, match="refused the credentials") as info:
+            _write_one(spark, server.url, credsFile=str(wrong), connectTimeout="2s")
+        assert stranger["user_seed"] not in str(info.value)
