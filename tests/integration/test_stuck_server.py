@@ -1,0 +1,91 @@
+"""A server that stops answering (SIGSTOP): bounded waits, then errors that name what timed out."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import threading
+
+import pytest
+
+from pyspark_jetstream.server import EmbeddedNatsServer
+
+from ..helpers import SyncNats, fill_stream, wait_until
+
+
+@pytest.fixture
+def frozen_server():
+    server = EmbeddedNatsServer().start()
+    yield server
+    os.kill(server.pid, signal.SIGCONT)
+    server.close()
+
+
+def test_pubacks_that_never_come_hit_ack_timeout(spark, frozen_server):
+    client = SyncNats(frozen_server.url)
+    client.add_stream("STUCKW", ["stuckw.>"])
+    df = spark.range(500_000).selectExpr("cast(id as string) as data").coalesce(1)
+    froze = threading.Event()
+
+    def freeze_once_publishing() -> None:
+        # The write runs on the main thread: PySpark 4.3 does not find auto-registered Python
+        # data sources for writes issued from other threads (DATA_SOURCE_NOT_FOUND).
+        wait_until(lambda: client.stream_state("STUCKW")["messages"] > 1000, timeout=120, interval=0.01,
+                   what="the write is publishing")
+        os.kill(frozen_server.pid, signal.SIGSTOP)
+        froze.set()
+
+    freezer = threading.Thread(target=freeze_once_publishing, daemon=True)
+    freezer.start()
+    with pytest.raises(Exception) as info:
+        (df.write.format("jetstream").mode("append").option("servers", frozen_server.url)
+         .option("stream", "STUCKW").option("subject", "stuckw.x").option("ackTimeout", "3s").save())
+    freezer.join(10)
+    assert froze.is_set()
+    os.kill(frozen_server.pid, signal.SIGCONT)
+    client.close()
+    text = str(info.value)
+    assert "No PubAck for" in text and "ackTimeout" in text
+
+
+def test_pulls_that_never_complete_hit_max_wait(spark, frozen_server, tmp_path):
+    client = SyncNats(frozen_server.url)
+    client.add_stream("STUCKR", ["stuckr.>"])
+    client.close()
+    asyncio.run(fill_stream(frozen_server.url, "stuckr.x", 100_000))
+    reached, frozen = str(tmp_path / "reached"), str(tmp_path / "frozen")
+
+    def gate(batches):
+        import time
+
+        first = True
+        for batch in batches:
+            if first:
+                open(reached, "w").close()
+                deadline = time.monotonic() + 120
+                while not os.path.exists(frozen) and time.monotonic() < deadline:
+                    time.sleep(0.05)  # a barrier with a deadline: the test freezes the server meanwhile
+                first = False
+            yield batch
+
+    df = (spark.read.format("jetstream").option("servers", frozen_server.url).option("stream", "STUCKR")
+          .option("numPartitions", "1").option("batchSize", "500").option("consume.maxMessages", "1000")
+          .option("consume.expires", "2s").option("consume.maxWait", "4s").load())
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            df.mapInArrow(gate, df.schema).count()
+        except Exception as exc:
+            errors.append(exc)
+
+    reader = threading.Thread(target=run)
+    reader.start()
+    wait_until(lambda: os.path.exists(reached), timeout=120, what="the read has started")
+    os.kill(frozen_server.pid, signal.SIGSTOP)
+    open(frozen, "w").close()
+    reader.join(180)
+    assert not reader.is_alive() and errors, "the read should fail while the server is frozen"
+    text = str(errors[0])
+    assert "Reading stream 'STUCKR'" in text and "made no progress for 4s" in text and "consume.maxWait" in text
