@@ -6,7 +6,7 @@ import pytest
 
 from pyspark_jetstream.server import EmbeddedNatsServer
 
-from ..helpers import SyncNats
+from ..helpers import SyncNats, wait_until
 
 PASSWORD = "pw-Zq8!s3cr3t-do-not-print"
 TOKEN = "tok-Xy7-s3cr3t-token"
@@ -64,6 +64,8 @@ def test_password_absent_from_explain_progress_and_row_errors(spark, auth_server
         .start()
     )
     try:
+        # The rate source's first micro-batch can be empty: wait until rows were really published.
+        wait_until(lambda: auth_client.stream_state(stream_name)["messages"] > 0, timeout=60)
         query.processAllAvailable()
         capsys.readouterr()
         query.explain(extended=True)

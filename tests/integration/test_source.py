@@ -84,11 +84,13 @@ def test_starting_options_streaming(spark, nats_server, nats_client, filled, tmp
     q = stream_query(spark, nats_server, "st_latest", stream=filled)
     q.awaitTermination(120)
     assert seqs(spark, "st_latest") == []  # streaming default: latest
-    # startingTimestamp: the first message at or after a moment between two publishes.
-    time.sleep(0.01)  # make the next publish's stored timestamp strictly later than the moment below
+    # startingTimestamp: the first message at or after a moment between two publishes. The moment
+    # is at least 2 ms after the last stored message, so its epoch-ms floor is still after it.
+    last = dt.datetime.fromisoformat(nats_client.stream_state(filled)["last_ts"][:26] + "+00:00")
+    wait_until(lambda: dt.datetime.now(dt.timezone.utc) >= last + dt.timedelta(milliseconds=2), timeout=5)
     moment = dt.datetime.now(dt.timezone.utc)
     publish(nats_client, f"{filled}.late", 3, start=100)
-    for value in [moment.isoformat(), str(int(moment.timestamp() * 1000) + 1)]:
+    for value in [moment.isoformat(), str(int(moment.timestamp() * 1000))]:
         q = stream_query(spark, nats_server, "st_ts", stream=filled, startingTimestamp=value)
         q.awaitTermination(120)
         assert seqs(spark, "st_ts") == [61, 62, 63]
