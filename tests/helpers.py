@@ -138,3 +138,45 @@ async def fill_stream(url: str, subject: str, count: int) -> None:
     await asyncio.wait_for(done.wait(), 60)
     await nc.close()
     assert not errors, errors[:3]
+
+
+def gate_at_first_batch(reached: str, release: str, timeout: float = 120.0):
+    """A ``mapInArrow`` function that holds the pipeline at its first batch.
+
+    It marks ``reached`` and waits (a barrier with a deadline) until ``release``
+    exists, so a test can inject a fault while a partition is mid-read. Returned
+    as a closure so that Spark ships it to its workers by value.
+    """
+
+    def gate(batches):
+        import os as _os
+        import time as _time
+
+        first = True
+        for batch in batches:
+            if first:
+                open(reached, "w").close()
+                deadline = _time.monotonic() + timeout
+                while not _os.path.exists(release) and _time.monotonic() < deadline:
+                    _time.sleep(0.05)
+                first = False
+            yield batch
+
+    return gate
+
+
+def write_json_inputs(directory: Any, files: int, rows_per_file: int) -> None:
+    """JSON files of ``{"id", "data"}`` rows for file-source streaming tests.
+
+    Files become micro-batches in modification-time order, so the times are set explicitly.
+    """
+    import os
+
+    os.makedirs(directory, exist_ok=True)
+    for f in range(files):
+        path = os.path.join(directory, f"part-{f:03d}.json")
+        with open(path, "w") as out:
+            for r in range(rows_per_file):
+                i = f * rows_per_file + r
+                out.write(json.dumps({"id": i, "data": f"row-{i}"}) + "\n")
+        os.utime(path, (1_700_000_000 + f * 10, 1_700_000_000 + f * 10))

@@ -3,31 +3,20 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import threading
 
 import pytest
 from pyspark.sql import functions as F
 
-from ..helpers import fill_stream, wait_until
-
-
-def _json_files(directory, files: int, rows: int) -> None:
-    os.makedirs(directory, exist_ok=True)
-    for f in range(files):
-        path = os.path.join(directory, f"part-{f:03d}.json")
-        with open(path, "w") as out:
-            for r in range(rows):
-                out.write(json.dumps({"id": f * rows + r, "data": f"row-{f * rows + r}"}) + "\n")
-        os.utime(path, (1_700_000_000 + f * 10, 1_700_000_000 + f * 10))
+from ..helpers import fill_stream, gate_at_first_batch, wait_until, write_json_inputs
 
 
 def test_crash_between_write_and_commit_is_deduplicated(spark, nats_server, nats_client, stream_name, tmp_path):
     """A driver crash after the sink wrote a batch but before Spark recorded its commit
     leaves the offsets without the commit file; the restarted query replays the batch."""
     nats_client.add_stream(stream_name, [f"{stream_name}.>"])
-    _json_files(tmp_path / "in", files=3, rows=100)
+    write_json_inputs(tmp_path / "in", files=3, rows_per_file=100)
     checkpoint = tmp_path / "chk"
 
     def run():
@@ -60,18 +49,7 @@ def test_consumer_deleted_mid_read_is_recreated(spark, nats_server, nats_client,
     asyncio.run(fill_stream(nats_server.url, f"{stream_name}.x", 100_000))
     reached, resume = str(tmp_path / "reached"), str(tmp_path / "resume")
 
-    def gate(batches):
-        import time
-
-        first = True
-        for batch in batches:
-            if first:
-                open(reached, "w").close()
-                deadline = time.monotonic() + 120
-                while not os.path.exists(resume) and time.monotonic() < deadline:
-                    time.sleep(0.05)  # a barrier with a deadline: the test deletes the consumer meanwhile
-                first = False
-            yield batch
+    gate = gate_at_first_batch(reached, resume)
 
     df = (spark.read.format("jetstream").option("servers", nats_server.url).option("stream", stream_name)
           .option("numPartitions", "1").option("batchSize", "50").option("consume.maxMessages", "100").load())

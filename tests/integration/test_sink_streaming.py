@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -12,21 +11,9 @@ from pathlib import Path
 import pytest
 from pyspark.sql import functions as F
 
-from ..helpers import wait_until
+from ..helpers import wait_until, write_json_inputs
 
 JOB = Path(__file__).parent / "jobs" / "stream_copy_job.py"
-
-
-def _write_input(directory, files: int, rows_per_file: int) -> None:
-    """Files become micro-batches in modification-time order, so the times are set explicitly."""
-    os.makedirs(directory, exist_ok=True)
-    for f in range(files):
-        path = os.path.join(directory, f"part-{f:03d}.json")
-        with open(path, "w") as out:
-            for r in range(rows_per_file):
-                i = f * rows_per_file + r
-                out.write(json.dumps({"id": i, "data": f"row-{i}"}) + "\n")
-        os.utime(path, (1_700_000_000 + f * 10, 1_700_000_000 + f * 10))
 
 
 def _query(spark, nats_server, source_dir, checkpoint, stream_name, transform=None):
@@ -47,7 +34,7 @@ def _query(spark, nats_server, source_dir, checkpoint, stream_name, transform=No
 
 def test_streaming_write_publishes_every_micro_batch(spark, nats_server, nats_client, stream_name, tmp_path):
     nats_client.add_stream(stream_name, [f"{stream_name}.>"], allow_msg_ttl=True)
-    _write_input(tmp_path / "in", files=3, rows_per_file=50)
+    write_json_inputs(tmp_path / "in", files=3, rows_per_file=50)
     query = _query(spark, nats_server, tmp_path / "in", tmp_path / "chk", stream_name)
     query.awaitTermination(120)
     assert query.exception() is None
@@ -67,7 +54,7 @@ def test_task_failing_mid_batch_restarts_exactly_once(spark, nats_server, nats_c
     restarted query replays batch 1 with the same msg ids and the server drops the copies."""
     nats_client.add_stream(stream_name, [f"{stream_name}.0", f"{stream_name}.1", f"{stream_name}.2"], allow_msg_ttl=True)
     rows_per_file = 400
-    _write_input(tmp_path / "in", files=3, rows_per_file=rows_per_file)
+    write_json_inputs(tmp_path / "in", files=3, rows_per_file=rows_per_file)
     poison = 2 * rows_per_file - 1  # the last row of micro-batch 1
 
     def query():
@@ -108,7 +95,7 @@ def test_driver_killed_mid_batch_restarts_exactly_once(nats_server, nats_client,
     published; the restarted job replays it from the checkpoint without duplicates."""
     nats_client.add_stream(stream_name, [f"{stream_name}.>"])
     rows_per_file = 6000
-    _write_input(tmp_path / "in", files=3, rows_per_file=rows_per_file)
+    write_json_inputs(tmp_path / "in", files=3, rows_per_file=rows_per_file)
     job = [sys.executable, str(JOB), nats_server.url, str(tmp_path / "in"), str(tmp_path / "chk"), stream_name]
 
     # maxPendingAcks=1 publishes one row per round trip, so a micro-batch takes long enough to be caught.

@@ -8,7 +8,7 @@ import threading
 
 from pyspark_jetstream.server import EmbeddedNatsServer
 
-from ..helpers import SyncNats, fill_stream, wait_until
+from ..helpers import SyncNats, fill_stream, gate_at_first_batch, wait_until
 
 
 def test_server_killed_mid_partition_read_rides_through(spark, tmp_path):
@@ -21,20 +21,7 @@ def test_server_killed_mid_partition_read_rides_through(spark, tmp_path):
 
         reached, resume = str(tmp_path / "reached"), str(tmp_path / "resume")
 
-        def gate(batches):
-            # Holds the first batch until the test has restarted the server: a barrier
-            # with a deadline, so that the kill lands while the partition is mid-read.
-            import time
-
-            first = True
-            for batch in batches:
-                if first:
-                    open(reached, "w").close()
-                    deadline = time.monotonic() + 120
-                    while not os.path.exists(resume) and time.monotonic() < deadline:
-                        time.sleep(0.05)
-                    first = False
-                yield batch
+        gate = gate_at_first_batch(reached, resume)
 
         df = (spark.read.format("jetstream").option("servers", server.url).option("stream", "RESTART")
               .option("numPartitions", "1").option("batchSize", "500").option("consume.maxMessages", "1000")

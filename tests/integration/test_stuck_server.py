@@ -11,7 +11,7 @@ import pytest
 
 from pyspark_jetstream.server import EmbeddedNatsServer
 
-from ..helpers import SyncNats, fill_stream, wait_until
+from ..helpers import SyncNats, fill_stream, gate_at_first_batch, wait_until
 
 
 @pytest.fixture
@@ -56,18 +56,7 @@ def test_pulls_that_never_complete_hit_max_wait(spark, frozen_server, tmp_path):
     asyncio.run(fill_stream(frozen_server.url, "stuckr.x", 100_000))
     reached, frozen = str(tmp_path / "reached"), str(tmp_path / "frozen")
 
-    def gate(batches):
-        import time
-
-        first = True
-        for batch in batches:
-            if first:
-                open(reached, "w").close()
-                deadline = time.monotonic() + 120
-                while not os.path.exists(frozen) and time.monotonic() < deadline:
-                    time.sleep(0.05)  # a barrier with a deadline: the test freezes the server meanwhile
-                first = False
-            yield batch
+    gate = gate_at_first_batch(reached, frozen)
 
     df = (spark.read.format("jetstream").option("servers", frozen_server.url).option("stream", "STUCKR")
           .option("numPartitions", "1").option("batchSize", "500").option("consume.maxMessages", "1000")
