@@ -321,7 +321,6 @@ class SinkOptions:
     stream: str | None
     subject: str | None
     default_ttl: str | None
-    default_ttl_set: bool
     preserve_expiry: bool
     ensure_stream: str
     idempotent: bool
@@ -390,13 +389,11 @@ def parse_sink_options(raw: Mapping[str, str]) -> SinkOptions:
         and values["deadLetterSubject"] == values["subject"]
     ):
         raise OptionError("deadLetterSubject", values["deadLetterSubject"], "It must differ from option 'subject'.")
-    default_ttl_given = any(k.lower() == "defaultttl" for k in raw)
     return SinkOptions(
         connection=connection,
         stream=values["stream"],
         subject=values["subject"],
         default_ttl=values["defaultTtl"],
-        default_ttl_set=default_ttl_given,
         preserve_expiry=values["preserveExpiry"],
         ensure_stream=ensure,
         idempotent=values["idempotent"],

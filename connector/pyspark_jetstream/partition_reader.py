@@ -82,7 +82,6 @@ class PartitionReader:
         self.nc: Any = None
         self.sub: Any = None
         self.watchdog: asyncio.Task | None = None
-        self.resets = 0
 
     # ---------------------------------------------------------------- lifecycle
 
@@ -264,7 +263,6 @@ class PartitionReader:
         delay = 0.25
         while not self.done:
             try:
-                self.resets += 1
                 self.resetting = False
                 await self._create_consumer(self.last_sseq + 1)
                 return

@@ -72,20 +72,3 @@ async def _get_connection(opts: ConnectionOptions):
 def connection(opts: ConnectionOptions):
     """The shared connection for ``opts`` (opened on first use). Call on the loop thread."""
     return _get_connection(opts)
-
-
-def close_all() -> None:
-    """Close every cached connection; used by tests and at interpreter shutdown."""
-    loop = _state["loop"]
-    if loop is None or loop.is_closed() or _state["pid"] != os.getpid():
-        return
-
-    async def _close() -> None:
-        for pending in list(_state["connections"].values()):
-            if pending.done() and not pending.exception():
-                nc = pending.result()
-                if not nc.is_closed:
-                    await nc.close()
-        _state["connections"].clear()
-
-    asyncio.run_coroutine_threadsafe(_close(), loop).result(10)

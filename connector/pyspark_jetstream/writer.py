@@ -31,7 +31,7 @@ from . import runtime
 from .errors import PublishError
 from .logs import get_logger
 from .options import SinkOptions
-from .sink_encoder import EncoderConfig, InputLayout, RowRejection
+from .sink_encoder import EncoderConfig, InputLayout, RowRejection, hpub_frame
 
 log = get_logger("sink")
 
@@ -86,10 +86,7 @@ def dead_letter_frame(rejection: RowRejection, dlq_subject: str, reply: str, par
     ]
     if rejection.ttl is not None:
         pairs.append((DLQ_TTL, _escape(rejection.ttl)))
-    block = hdrs.encode_block(pairs)
-    hlen = len(block)
-    return b"".join((f"HPUB {dlq_subject} {reply} {hlen} {hlen + len(rejection.payload)}\r\n".encode(),
-                     block, rejection.payload, b"\r\n"))
+    return hpub_frame(dlq_subject, reply, hdrs.encode_block(pairs), rejection.payload)
 
 
 def _task_identity(plan: SinkPlan) -> tuple[int, str | None]:

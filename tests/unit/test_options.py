@@ -23,7 +23,7 @@ def test_defaults():
     assert opts.idempotent is True
     assert opts.preserve_expiry is False
     assert opts.max_pending_acks > 0
-    assert opts.default_ttl is None and opts.default_ttl_set is False
+    assert opts.default_ttl is None
 
 
 def test_names_are_case_insensitive_and_values_typed():
@@ -42,7 +42,7 @@ def test_names_are_case_insensitive_and_values_typed():
 
 def test_default_ttl_zero_means_no_header():
     opts = parse_sink_options({"defaultTtl": "0"})
-    assert opts.default_ttl is None and opts.default_ttl_set
+    assert opts.default_ttl is None
 
 
 @pytest.mark.parametrize(
