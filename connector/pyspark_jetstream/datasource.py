@@ -31,10 +31,10 @@ class JetStreamDataSource(DataSource):
     def _source_options(self, schema, streaming: bool):
         from .errors import SchemaError
         from .options import parse_source_options
+        from .source_rows import arrow_schema
 
         opts = parse_source_options(self.options, streaming=streaming)
-        expected = [part.strip().split(" ")[0] for part in self.schema().split(", ") if " " in part.strip()]
-        expected = [name for name in expected if not name.startswith(("string", "array", "binary"))]
+        expected = arrow_schema(opts.bucket is not None).names
         if schema is not None and [f.name for f in schema.fields] != expected:
             raise SchemaError(
                 f"The JetStream source has a fixed schema ({self.schema()}); do not pass another one to .schema()."

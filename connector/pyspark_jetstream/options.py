@@ -114,8 +114,13 @@ def parse_choice(*choices: str) -> Callable[[str], str]:
     return parse
 
 
+def is_publish_subject(subject: str) -> bool:
+    """A subject a message can be published to: no whitespace, no wildcard or empty token."""
+    return bool(subject) and not _SUBJECT_BAD.search(subject)
+
+
 def parse_subject(raw: str) -> str:
-    if not raw or _SUBJECT_BAD.search(raw):
+    if not is_publish_subject(raw):
         raise ValueError(raw)
     return raw
 

@@ -17,13 +17,13 @@ Header precedence per row (each is validated like the column it stands for):
 from __future__ import annotations
 
 import datetime as dt
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from . import headers as hdrs
 from .errors import SchemaError
+from .options import is_publish_subject
 from .ttl import InvalidTtl, remaining_ttl_seconds, resolve_ttl
 
 INPUT_COLUMNS = ("subject", "data", "headers", "ttl", "expires_at", "msg_id")
@@ -32,7 +32,6 @@ INPUT_COLUMNS = ("subject", "data", "headers", "ttl", "expires_at", "msg_id")
 SOURCE_ONLY_COLUMNS = ("stream", "seq", "timestamp", "marker_reason")
 """Columns the source produces and the sink ignores, so a read DataFrame can be written back."""
 
-_SUBJECT_BAD = re.compile(r"\s|(^|\.)[*>](\.|$)|^\.|\.\.|\.$")
 _MAX_SHOWN = 120
 
 
@@ -198,7 +197,7 @@ class BatchEncoder:
     def _subject_ok(self, subject: str) -> bool:
         ok = self._valid_subjects.get(subject)
         if ok is None:
-            ok = bool(subject) and not _SUBJECT_BAD.search(subject)
+            ok = is_publish_subject(subject)
             if len(self._valid_subjects) < 100_000:
                 self._valid_subjects[subject] = ok
         return ok
