@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from pyspark_jetstream.server import EmbeddedNatsServer
+from pyspark_jetstream.server import EmbeddedNatsCluster, EmbeddedNatsServer
 
 from .helpers import SyncNats
 
@@ -25,6 +25,14 @@ _names = itertools.count(1)
 def nats_server():
     with EmbeddedNatsServer() as server:
         yield server
+
+
+@pytest.fixture(scope="session")
+def nats_cluster():
+    """A 3-node JetStream cluster, started on first use. Tests that stop a node
+    start it again before they end, so the next test finds three nodes."""
+    with EmbeddedNatsCluster(3) as cluster:
+        yield cluster
 
 
 @pytest.fixture(scope="session")

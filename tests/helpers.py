@@ -42,7 +42,7 @@ class SyncNats:
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
         self._thread.start()
-        self.nc = self.run(nats.connect(url, **connect_kwargs))
+        self.nc = self.run(nats.connect(url.split(","), **connect_kwargs))
         self.js = self.nc.jetstream()
 
     def run(self, coro: Any, timeout: float = 60.0) -> Any:
@@ -119,7 +119,7 @@ async def fill_stream(url: str, subject: str, count: int) -> None:
     """Publish ``count`` small messages fast (pipelined, every PubAck checked)."""
     import nats
 
-    nc = await nats.connect(url)
+    nc = await nats.connect(url.split(","))
     inbox = nc.new_inbox()
     done, acked, errors = asyncio.Event(), [0], []
 
@@ -180,3 +180,28 @@ def write_json_inputs(directory: Any, files: int, rows_per_file: int) -> None:
                 i = f * rows_per_file + r
                 out.write(json.dumps({"id": i, "data": f"row-{i}"}) + "\n")
         os.utime(path, (1_700_000_000 + f * 10, 1_700_000_000 + f * 10))
+
+
+def gate_at_sequence(seq: int, reached: str, release: str, timeout: float = 120.0):
+    """A ``mapInArrow`` function (over the source schema) that holds its partition
+    when the batch holding stream sequence ``seq`` arrives, until ``release`` exists.
+
+    Streaming queries run the function in every micro-batch, so the gate keys on a
+    sequence rather than on "the first batch"; it opens once and stays open.
+    """
+
+    def gate(batches):
+        import os as _os
+        import time as _time
+
+        import pyarrow.compute as _pc
+
+        for batch in batches:
+            if not _os.path.exists(release) and _pc.any(_pc.equal(batch.column("seq"), seq)).as_py():
+                open(reached, "w").close()
+                deadline = _time.monotonic() + timeout
+                while not _os.path.exists(release) and _time.monotonic() < deadline:
+                    _time.sleep(0.05)
+            yield batch
+
+    return gate

@@ -7,6 +7,7 @@ server's ``err_code``, which nats-py's JetStreamManager does not give uniformly.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 
@@ -22,6 +23,15 @@ ERR_MESSAGE_TTL_INVALID = 10165
 ERR_MESSAGE_TTL_DISABLED = 10166
 ERR_NO_MESSAGE_FOUND = 10037
 ERR_CONSUMER_NOT_FOUND = 10014
+
+
+def is_transient(exc: BaseException) -> bool:
+    """Worth asking again: no reply in time (a node died, a leader is being
+    elected) or 503 (no responders, JetStream temporarily unavailable). A
+    refusal with an err_code (stream not found, bad config) is not."""
+    if isinstance(exc, JetStreamApiError):
+        return exc.code in (408, 503)
+    return isinstance(exc, (asyncio.TimeoutError, TimeoutError, OSError))
 
 
 async def request(nc, api: str, body: dict[str, Any] | None = None, timeout: float = 10.0) -> dict[str, Any]:

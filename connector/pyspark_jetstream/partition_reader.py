@@ -26,8 +26,8 @@ from collections.abc import Iterator
 from typing import Any
 
 from . import runtime
-from .errors import JetStreamApiError, PartitionReadError
-from .jsapi import request
+from .errors import PartitionReadError
+from .jsapi import is_transient, request
 from .logs import get_logger
 from .metadata import fast_fields
 from .options import SourceOptions
@@ -90,9 +90,10 @@ class PartitionReader:
             self.nc = await runtime.connection(self.opts.connection)
             events_of(self.nc).listeners.add(self)
             self.watchdog = asyncio.ensure_future(self._watch())
-            await self._create_consumer(self.first)
         except Exception as exc:
             self._fail(exc)
+            return
+        await self._create_consumer_retrying(self.first)
 
     async def _create_consumer(self, start_seq: int) -> None:
         """A consumer from ``start_seq``, with a fresh inbox so that no frame of an
@@ -260,22 +261,30 @@ class PartitionReader:
         asyncio.ensure_future(self._reset())
 
     async def _reset(self) -> None:
+        await self._create_consumer_retrying(self.last_sseq + 1)
+
+    async def _create_consumer_retrying(self, start_seq: int) -> None:
+        """Create the consumer, asking again with backoff while the failure is
+        transient (a clustered stream between leaders, a node gone), for at most
+        ``consume.maxWait`` without progress."""
         delay = 0.25
         while not self.done:
             try:
                 self.resetting = False
-                await self._create_consumer(self.last_sseq + 1)
+                await self._create_consumer(start_seq)
                 return
-            except (JetStreamApiError, asyncio.TimeoutError, OSError) as exc:
+            except Exception as exc:
+                if not is_transient(exc):
+                    self._fail(exc)
+                    return
                 self.resetting = True
                 if time.monotonic() - self.last_progress > self.opts.max_wait:
-                    self._fail(self._stalled_error(f"the consumer could not be recreated: {exc}"))
+                    self._fail(self._stalled_error(f"the consumer could not be created: {exc}"))
                     return
-                await asyncio.sleep(delay)  # back off before asking the server again
+                log.warning("stream %s: creating the consumer from sequence %d failed (%s); retrying",
+                            self.stream, start_seq, exc)
+                await asyncio.sleep(delay)
                 delay = min(delay * 2, 5.0)
-            except Exception as exc:
-                self._fail(exc)
-                return
 
     def _stalled_error(self, why: str) -> PartitionReadError:
         return PartitionReadError(

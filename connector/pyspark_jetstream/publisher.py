@@ -12,6 +12,21 @@ cannot send multi-valued headers and costs a coroutine call per message.
 
 Model: Spark's ``KafkaWriteTask``: bounded in-flight sends, keep the first
 failure, flush and re-check at the end, always close.
+
+Clustered JetStream adds two transient failures, both handled by sending the
+same frame again (the server drops a copy that was stored after all, by its
+``Nats-Msg-Id``):
+
+- a ``503`` (no responders) while a stream is between leaders: no server took
+  the message, so a resend is always safe; it is retried every
+  ``RETRY_503_INTERVAL`` until ``ackTimeout`` has passed since the first 503.
+  On a single server a 503 means no stream captures the subject, so it fails
+  at once.
+- silence: frames sent to a node that dies, or to a leader that steps down
+  before it replicated them, get no reply at all. With idempotent publishing,
+  in-flight frames are resent on every reconnect and, in a cluster, after
+  ``RESEND_AFTER_SILENCE`` without any PubAck. Without message ids a resend
+  could store a copy, so those frames are left to ``ackTimeout``.
 """
 
 from __future__ import annotations
@@ -23,6 +38,12 @@ import time
 from dataclasses import dataclass
 
 from .errors import AckTimeoutError, JetStreamConnectorError
+
+RETRY_503_INTERVAL = 0.25
+"""Seconds between resends of frames answered by 503 in a cluster (nats.go's publish retry wait)."""
+
+RESEND_AFTER_SILENCE = 2.0
+"""Seconds without any PubAck after which a clustered, idempotent publisher resends what is in flight."""
 
 DEAD_LETTER_TAG = "d"
 """Reply-token prefix that marks a dead-letter publish (``<inbox>.d<position>``)."""
@@ -41,8 +62,16 @@ class AckFailure:
 
 
 class Publisher:
-    def __init__(self, nc, *, max_pending: int, ack_timeout: float) -> None:
+    def __init__(self, nc, *, max_pending: int, ack_timeout: float, idempotent: bool = False) -> None:
         self._nc = nc
+        self._idempotent = idempotent
+        # 503 means "between leaders" only where there are leaders to elect.
+        self._retry_503 = bool((getattr(nc, "_server_info", None) or {}).get("cluster"))
+        self._first_503: dict[str, float] = {}
+        self._retry_due: set[str] = set()
+        self._retry_task: asyncio.Task | None = None
+        self._last_resend = 0.0
+        self.resent = 0
         self._max_pending = max_pending
         # Refill at half the window (like ADR-37's threshold); 0 for a window of 1.
         self._low_water = max_pending // 2
@@ -74,17 +103,24 @@ class Publisher:
 
     async def _on_ack(self, msg) -> None:
         token = msg.subject[self._prefix_len :]
+        data = msg.data
+        retryable = not data and self._retry_503 and token in self._inflight and self._status_of(msg) == 503
+        if retryable and self._schedule_retry(token):
+            return
         frame = self._inflight.pop(token, None)
         if frame is None:
             return  # a late or repeated reply for a frame already settled
+        self._first_503.pop(token, None)
         self._last_progress = time.monotonic()
-        data = msg.data
         dead_letter = token.startswith(DEAD_LETTER_TAG)
         if not data:
-            status = (msg.headers or {}).get("Status", "") if msg.headers else ""
-            code = int(status) if str(status).isdigit() else 0
-            description = "no stream captures this subject (no responders)" if code == 503 else f"status {status}"
-            self._fail(token, frame, code, None, description, dead_letter)
+            status = self._status_of(msg)
+            description = (
+                "no stream captures this subject (no responders)" if status == 503 else f"status {status}"
+            )
+            if status == 503 and self._retry_503:
+                description = f"no stream leader answered for {self._ack_timeout:g}s (no responders)"
+            self._fail(token, frame, status, None, description, dead_letter)
         elif b'"error"' in data:
             error = json.loads(data).get("error") or {}
             self._fail(token, frame, int(error.get("code", 0)), error.get("err_code"), error.get("description", ""), dead_letter)
@@ -99,6 +135,38 @@ class Publisher:
             self._room.set()
         if inflight == 0:
             self._done.set()
+
+    @staticmethod
+    def _status_of(msg) -> int:
+        status = str((msg.headers or {}).get("Status", "")) if msg.headers else ""
+        return int(status) if status.isdigit() else 0
+
+    def _schedule_retry(self, token: str) -> bool:
+        """Queue ``token`` for a resend unless its 503s have lasted ``ackTimeout``."""
+        now = time.monotonic()
+        first = self._first_503.setdefault(token, now)
+        if now - first >= self._ack_timeout:
+            return False
+        self._retry_due.add(token)
+        if self._retry_task is None or self._retry_task.done():
+            self._retry_task = asyncio.ensure_future(self._resend_later())
+        return True
+
+    async def _resend_later(self) -> None:
+        await asyncio.sleep(RETRY_503_INTERVAL)
+        due, self._retry_due = self._retry_due, set()
+        await self._resend([token for token in due if token in self._inflight])
+
+    async def _resend(self, tokens: list[str]) -> None:
+        if not tokens or self._nc.is_closed:
+            return
+        self.resent += len(tokens)
+        await self._nc._send_command(b"".join(self._inflight[token] for token in tokens))
+        await self._nc._flush_pending()
+
+    def on_reconnected(self) -> None:
+        if self._idempotent and self._inflight:
+            asyncio.ensure_future(self._resend(list(self._inflight)))
 
     def on_permission_error(self, text: str) -> None:
         """The server refused a publish (async -ERR, no PubAck will come): fail the frames it names."""
@@ -116,6 +184,7 @@ class Publisher:
             self._done.set()
 
     def _fail(self, token: str, frame: bytes, code: int, err_code, description: str, dead_letter: bool) -> None:
+        self._first_503.pop(token, None)
         position = int(token[1:] if dead_letter else token)
         self.failures.append(AckFailure(position, frame, code, err_code, description, dead_letter))
 
@@ -124,7 +193,12 @@ class Publisher:
             try:
                 await asyncio.wait_for(event.wait(), timeout=1.0)
             except asyncio.TimeoutError:
-                idle = time.monotonic() - self._last_progress
+                now = time.monotonic()
+                idle = now - self._last_progress
+                if (self._idempotent and self._retry_503 and idle >= RESEND_AFTER_SILENCE
+                        and now - self._last_resend >= RESEND_AFTER_SILENCE):
+                    self._last_resend = now
+                    await self._resend([token for token in self._inflight if token not in self._retry_due])
                 if idle >= self._ack_timeout and not event.is_set():
                     first = min(self._inflight, key=lambda t: int(t.lstrip(DEAD_LETTER_TAG)), default="?")
                     raise AckTimeoutError(
@@ -166,6 +240,8 @@ class Publisher:
         from .wire import events_of
 
         events_of(self._nc).listeners.discard(self)
+        if self._retry_task is not None:
+            self._retry_task.cancel()
         if self._sub is not None:
             # The connection may already be gone; then there is nothing left to release.
             with contextlib.suppress(Exception):

@@ -13,6 +13,7 @@ import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import sysconfig
@@ -188,3 +189,136 @@ class EmbeddedNatsServer:
     def __repr__(self) -> str:
         state = f"pid={self.pid}" if self.is_running() else "stopped"
         return f"EmbeddedNatsServer(url=nats://127.0.0.1:{self.port}, {state})"
+
+
+def _free_port() -> int:
+    """A port the OS considers free now. Route ports must be known before any node
+    starts (each node lists the others), so they cannot be left to ``-1``."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class EmbeddedNatsCluster:
+    """A clustered JetStream of ``size`` nats-server processes on loopback.
+
+    Every node is an :class:`EmbeddedNatsServer` with its own store, client port
+    and route port, so a test can SIGKILL one node and start it again on the same
+    store while the others keep the quorum. ``url`` lists every node's client URL,
+    which is what the connector's ``servers`` option takes.
+    """
+
+    def __init__(
+        self,
+        size: int = 3,
+        *,
+        name: str = "jetstream-cluster",
+        config: str = "",
+        binary: str | None = None,
+        startup_timeout: float = 30.0,
+    ) -> None:
+        if size < 1:
+            raise ValueError("a cluster needs at least one node")
+        self.name = name
+        self.startup_timeout = startup_timeout
+        route_ports = [_free_port() for _ in range(size)]
+        routes = ", ".join(f'"nats-route://127.0.0.1:{port}"' for port in route_ports)
+        self.nodes: list[EmbeddedNatsServer] = []
+        for index, route_port in enumerate(route_ports):
+            node_config = (
+                f'server_name: "{name}-n{index + 1}"\n'
+                f'cluster {{ name: "{name}", listen: "127.0.0.1:{route_port}", routes: [{routes}] }}\n'
+                f"{config}"
+            )
+            self.nodes.append(
+                EmbeddedNatsServer(config=node_config, binary=binary, port=_free_port(), startup_timeout=startup_timeout)
+            )
+
+    @property
+    def url(self) -> str:
+        return ",".join(node.url for node in self.nodes)
+
+    def node_named(self, server_name: str) -> EmbeddedNatsServer:
+        for index, node in enumerate(self.nodes):
+            if server_name == f"{self.name}-n{index + 1}":
+                return node
+        raise KeyError(server_name)
+
+    def start(self) -> EmbeddedNatsCluster:
+        # Every node must be up before any is "ready": JetStream needs a meta
+        # leader, which needs a quorum of routed peers.
+        procs = [node for node in self.nodes if not node.is_running()]
+        for node in procs:
+            node.start()
+        self.wait_for_jetstream()
+        return self
+
+    def wait_for_jetstream(self) -> None:
+        """Block until every running node answers ``$JS.API.INFO`` (a meta leader
+        exists and the node knows it)."""
+        deadline = time.monotonic() + self.startup_timeout
+        pending = [node for node in self.nodes if node.is_running()]
+        while pending:
+            pending = [node for node in pending if not _jetstream_ready(node.port)]
+            if not pending:
+                return
+            if time.monotonic() > deadline:
+                raise JetStreamConnectorError(
+                    f"JetStream in cluster {self.name!r} had no meta leader within "
+                    f"{self.startup_timeout}s; logs: {[str(node.log_path) for node in pending]}"
+                )
+            time.sleep(0.1)
+
+    def stop(self) -> None:
+        for node in self.nodes:
+            node.stop()
+
+    def close(self) -> None:
+        for node in self.nodes:
+            node.close()
+
+    def __enter__(self) -> EmbeddedNatsCluster:
+        try:
+            return self.start()
+        except BaseException:
+            self.close()
+            raise
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"EmbeddedNatsCluster({self.name!r}, {self.nodes})"
+
+
+def _jetstream_ready(port: int) -> bool:
+    """One synchronous ``$JS.API.INFO`` request over a plain socket: the harness
+    must not depend on an event loop, and the protocol for one request is three
+    lines. Ready means a reply without an error (503 and 'no responders' mean the
+    meta group has no leader yet)."""
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=2.0) as sock:
+            sock.settimeout(2.0)
+            reader = sock.makefile("rb")
+            reader.readline()  # INFO
+            sock.sendall(
+                b'CONNECT {"verbose":false,"pedantic":false,"headers":true,"no_responders":true}\r\n'
+                b"SUB _READY.inbox 1\r\nPUB $JS.API.INFO _READY.inbox 0\r\n\r\nPING\r\n"
+            )
+            while True:
+                line = reader.readline()
+                if not line:
+                    return False
+                if line.startswith(b"PING"):
+                    sock.sendall(b"PONG\r\n")
+                elif line.startswith(b"HMSG"):
+                    # a status-only reply: 503 no responders
+                    return False
+                elif line.startswith(b"MSG"):
+                    size = int(line.split()[-1])
+                    body = reader.read(size + 2)
+                    return b'"error"' not in body
+                elif line.startswith(b"-ERR"):
+                    return False
+    except OSError:
+        return False

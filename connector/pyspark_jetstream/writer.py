@@ -115,7 +115,9 @@ def write_partition(plan: SinkPlan, batches: Iterable[Any]) -> SinkCommitMessage
 
     async def open_publisher() -> Publisher:
         nc = await runtime.connection(opts.connection)
-        return await Publisher(nc, max_pending=opts.max_pending_acks, ack_timeout=opts.ack_timeout).start()
+        return await Publisher(
+            nc, max_pending=opts.max_pending_acks, ack_timeout=opts.ack_timeout, idempotent=opts.idempotent
+        ).start()
 
     async def take_failures(pub: Publisher) -> list:
         taken, pub.failures = pub.failures, []
