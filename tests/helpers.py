@@ -205,3 +205,40 @@ def gate_at_sequence(seq: int, reached: str, release: str, timeout: float = 120.
             yield batch
 
     return gate
+
+
+def processes_connected_to(port: int) -> list[int]:
+    """PIDs of this user's processes holding a TCP connection to 127.0.0.1:``port``.
+
+    Read from /proc (Linux): the socket inodes whose remote port is ``port`` in
+    /proc/net/tcp, then the processes with a file descriptor on one of them.
+    """
+    import os
+
+    inodes: set[str] = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(table) as f:
+                next(f)
+                for line in f:
+                    fields = line.split()
+                    remote_port = int(fields[2].rsplit(":", 1)[1], 16)
+                    if remote_port == port and fields[3] == "01":  # ESTABLISHED
+                        inodes.add(fields[9])
+        except FileNotFoundError:
+            continue
+    pids = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            fds = os.listdir(f"/proc/{pid}/fd")
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                target = os.readlink(f"/proc/{pid}/fd/{fd}")
+            except OSError:
+                continue
+            if target.startswith("socket:[") and target[8:-1] in inodes:
+                pids.append(int(pid))
+                break
+    return pids

@@ -144,9 +144,23 @@ def parse_servers(raw: str) -> tuple[str, ...]:
     if not parts:
         raise ValueError(raw)
     for part in parts:
-        if not re.fullmatch(r"((nats|tls|ws|wss)://)?[^\s/,]+(:\d+)?/?", part):
+        # Credentials belong in the secret options, which are redacted; a URL is not.
+        if "@" in part or not re.fullmatch(r"((nats|tls|ws|wss)://)?[^\s/,]+(:\d+)?/?", part):
             raise ValueError(raw)
     return parts
+
+
+_URL_USERINFO = re.compile(r"//[^/@\s,]*@")
+
+
+def _shown(spec: OptionSpec, value: object) -> object:
+    """How a bad value appears in an error: secrets masked, and so is any
+    ``user:password@`` a URL carries by mistake."""
+    if spec.secret:
+        return Secret(str(value))
+    if isinstance(value, str):
+        return _URL_USERINFO.sub("//***@", value)
+    return value
 
 
 def parse_existing_file(raw: str) -> str:
@@ -180,7 +194,8 @@ def parse_text(raw: str) -> str:
 _FILE = "Expected the path of a readable file that exists on the driver and on every executor."
 
 CONNECTION_OPTIONS: tuple[OptionSpec, ...] = (
-    OptionSpec("servers", "nats://127.0.0.1:4222", "Expected comma-separated NATS URLs such as 'nats://host:4222,tls://host2:4222'.",
+    OptionSpec("servers", "nats://127.0.0.1:4222", "Expected comma-separated NATS URLs such as 'nats://host:4222,tls://host2:4222', "
+               "without credentials (use 'user'/'password', 'token', 'credsFile' or 'nkeySeedFile').",
                "NATS server URLs, comma-separated.", parse_servers),
     OptionSpec("user", None, "Expected a non-empty user name.", "User name (with `password`).", parse_text),
     OptionSpec("password", None, "Expected a non-empty password.", "Password (with `user`). Redacted everywhere.", parse_secret, secret=True),
@@ -279,7 +294,7 @@ def parse_table(
 
 
 def _parse_one(spec: OptionSpec, value: object) -> Any:
-    shown = Secret(str(value)) if spec.secret else value
+    shown = _shown(spec, value)
     if not isinstance(value, str):
         raise OptionError(spec.name, shown, spec.allowed)
     try:

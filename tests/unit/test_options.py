@@ -68,6 +68,14 @@ def test_bad_values_name_the_option_and_value(key, value):
     assert f"'{key}'" in message and repr(value) in message and "Expected" in message
 
 
+def test_credentials_in_server_urls_are_refused_without_echoing_them():
+    with pytest.raises(OptionError) as info:
+        parse_sink_options({"servers": "nats://a:1,nats://alice:hunter2-secret@b:2"})
+    message = str(info.value)
+    assert "hunter2-secret" not in message and "nats://***@b:2" in message
+    assert "user'/'password" in message
+
+
 def test_unknown_option_suggests_the_nearest():
     with pytest.raises(OptionError) as info:
         parse_sink_options({"defaultTTL ": "1h", "stream": "S"})

@@ -1,0 +1,75 @@
+"""Spark task retries: a task that fails after publishing part of its rows, and Python
+workers SIGKILLed mid-partition on the read side. Each runs as its own Spark job on
+``local[2,4]`` (four attempts per task); the retried tasks re-publish the same
+``Nats-Msg-Id``s and the server drops the copies."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+from ..helpers import fill_stream, processes_connected_to, wait_until
+
+JOB = Path(__file__).parent / "jobs" / "task_retry_job.py"
+
+
+def _job(mode: str, nats_server, source: str, target: str, gate_dir: Path) -> list[str]:
+    return [sys.executable, str(JOB), mode, nats_server.url, source, target, str(gate_dir)]
+
+
+def _duplicates_dropped(log: str) -> int:
+    found = re.search(r"committed: (\d+) published, (\d+) duplicates dropped", log)
+    assert found, log[-3000:]
+    return int(found.group(2))
+
+
+def test_task_failing_after_partial_publish_is_retried_exactly_once(nats_server, nats_client, stream_name, tmp_path):
+    nats_client.add_stream(stream_name, [f"{stream_name.lower()}.x"])
+    done = subprocess.run(_job("write", nats_server, "-", stream_name, tmp_path), capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "injected failure on the first attempt" in done.stderr  # the first attempt did fail
+    # The failed attempt had published part of its rows: the retry's copies were dropped.
+    assert _duplicates_dropped(done.stderr) > 0
+    datas = sorted(int(m.data) for m in nats_client.messages(stream_name))
+    assert datas == list(range(4000))
+
+
+def test_python_workers_killed_mid_read_are_retried_exactly_once(nats_server, nats_client, stream_name, tmp_path):
+    source, target = f"{stream_name}S", f"{stream_name}T"
+    count = 30_000
+    nats_client.add_stream(source, [f"{source.lower()}.x"])
+    nats_client.add_stream(target, [f"{target.lower()}.x"])
+    asyncio.run(fill_stream(nats_server.url, f"{source.lower()}.x", count))
+    proc = subprocess.Popen(_job("read", nats_server, source, target, tmp_path), start_new_session=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_until(lambda: (tmp_path / "reached").exists() or proc.poll() is not None, timeout=180,
+                   what="the partition holding sequence 15000 reached the gate")
+        assert proc.poll() is None, proc.stderr.read()[-3000:]
+        # The rows ahead of the gate are on their way to the sink: kill once some are stored.
+        wait_until(lambda: nats_client.stream_state(target)["messages"] >= 1000, timeout=120,
+                   what="the first attempt published part of its rows")
+        # Every Python worker of the job talking to NATS: the partition readers (one of them
+        # mid-partition behind the gate) and the writers. Not the test's own client.
+        own = os.getpid()
+        workers = [pid for pid in processes_connected_to(nats_server.port) if pid != own]
+        assert workers, "the job's Python workers should be connected to the server"
+        for pid in workers:
+            os.kill(pid, signal.SIGKILL)
+        (tmp_path / "release").touch()
+        _, stderr = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(30)
+    assert proc.returncode == 0, stderr[-3000:]
+    assert re.search(r"Python worker exited unexpectedly|crashed|EOFError|Connection reset", stderr), stderr[-3000:]
+    assert _duplicates_dropped(stderr) > 0  # rows published before the kill were sent again and dropped
+    datas = sorted(int(m.data) for m in nats_client.messages(target))
+    assert datas == list(range(1, count + 1))
