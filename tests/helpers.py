@@ -242,3 +242,42 @@ def processes_connected_to(port: int) -> list[int]:
                 pids.append(int(pid))
                 break
     return pids
+
+
+def child_processes(parent: int, needle: str) -> list[int]:
+    """Descendants of ``parent`` whose command line contains ``needle`` (from /proc)."""
+    import os
+
+    children: dict[int, list[int]] = {}
+    cmdlines: dict[int, str] = {}
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cmdlines[int(pid)] = f.read().replace(b"\0", b" ").decode(errors="replace")
+        except (OSError, ValueError, IndexError):
+            continue
+        children.setdefault(ppid, []).append(int(pid))
+    found, todo = [], [parent]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            todo.append(child)
+            if needle in cmdlines.get(child, ""):
+                found.append(child)
+    return found
+
+
+def spark_submit_command(master: str) -> list[str]:
+    """``spark-submit`` of the installed PySpark with the project's spark-conf/, for this interpreter."""
+    import shutil
+    import sys
+    from pathlib import Path
+
+    import pyspark
+
+    root = Path(__file__).resolve().parents[1]
+    submit = shutil.which("spark-submit", path=str(Path(sys.executable).parent)) or str(
+        Path(pyspark.__file__).parent / "bin" / "spark-submit")
+    return [submit, "--master", master, "--properties-file", str(root / "spark-conf" / "spark-defaults.conf"),
+            "--conf", f"spark.pyspark.python={sys.executable}", "--conf", f"spark.pyspark.driver.python={sys.executable}"]

@@ -15,11 +15,15 @@ from .writer import SinkPlan
 
 def plan_sink(raw_options: Mapping[str, str], schema: Any, *, overwrite: bool, streaming: bool) -> SinkPlan:
     """Parse options, check the columns and the stream (creating or updating it per
-    ``ensureStream``); raises before the query runs when anything is off."""
-    if overwrite:
+    ``ensureStream``); raises before the query runs when anything is off.
+
+    A streaming query in ``complete`` output mode arrives with ``overwrite=True``:
+    like Spark's Kafka sink, each micro-batch publishes the whole result table
+    (with ``MaxMsgsPerSubject=1`` per key, the stream keeps the latest). A batch
+    ``mode("overwrite")`` cannot be honoured, a stream is not replaced by a write."""
+    if overwrite and not streaming:
         raise JetStreamConnectorError(
-            "The JetStream sink only appends: a stream cannot be overwritten by a write. "
-            "Use mode('append') (or outputMode('append') for streaming)."
+            "The JetStream sink only appends: a stream cannot be overwritten by a write. Use mode('append')."
         )
     opts = parse_sink_options(raw_options)
     layout = layout_from_schema(schema, has_default_subject=opts.subject is not None)

@@ -1,25 +1,120 @@
-"""The examples run as a user runs them: as their own processes."""
+"""The examples run as a user runs them: as their own processes, from the command line."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
+import signal
 import subprocess
 import sys
 from pathlib import Path
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+import pyarrow.parquet as pq
+
+from ..helpers import SyncNats, child_processes, spark_submit_command, wait_until
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLES = ROOT / "examples"
+
+
+def _clean_env() -> dict[str, str]:
+    """The user's environment: no PYSPARK_* settings inherited from the test session."""
+    return {k: v for k, v in os.environ.items() if not k.startswith("PYSPARK_")}
+
+
+def _run_example(name: str, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    done = subprocess.run([sys.executable, str(EXAMPLES / name), *args], capture_output=True, text=True,
+                          timeout=timeout, env=_clean_env())
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    return done
 
 
 def test_quickstart_with_its_embedded_server():
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PYSPARK_")}
-    done = subprocess.run([sys.executable, str(EXAMPLES / "quickstart.py"), "--orders", "1000"],
-                          capture_output=True, text=True, timeout=300, env=env)
-    assert done.returncode == 0, done.stderr[-3000:]
+    done = _run_example("quickstart.py", "--orders", "1000", "--batch", "400")
     out = done.stdout
     assert "Started an embedded nats-server" in out
     assert "Stream ORDERS: 1000 messages" in out and "AllowMsgTTL=True" in out
-    mix = dict(re.findall(r"(\(none\)|1h|2m|30m|never): (\d+)", out.split("TTL mix:")[1]))
+    orders_section, totals_section = out.split("Stream CUSTOMER_TOTALS:")
+    mix = dict(re.findall(r"(\(none\)|1h|2m|30m|never): (\d+)", orders_section.split("TTL mix:")[1]))
+    assert mix == {"(none)": "200", "1h": "200", "2m": "200", "30m": "200", "never": "200"}
+    # The streaming aggregation: three micro-batches of at most 400 orders, progress shown as it ran.
+    progress = out.split("Stream ORDERS:")[0]  # printed as the query ran, before the streams are shown
+    assert re.findall(r"micro-batch (\d+): (\d+) orders read", progress) == [("0", "400"), ("1", "400"), ("2", "200")]
+    assert "Query finished\n" in progress
+    # One total per customer kept (MaxMsgsPerSubject=1), each with the sink's defaultTtl.
+    assert totals_section.startswith(" 7 messages") and "TTL mix: 1h: 7" in totals_section
+    assert "Customer totals cover 1000 orders" in out
     # The driver's per-batch totals are visible without any logging setup.
     assert "JetStream sink write committed: 1000 published, 0 duplicates" in done.stderr
-    assert mix == {"(none)": "200", "1h": "200", "2m": "200", "30m": "200", "never": "200"}
+
+
+def _publish_orders(client: SyncNats, subject: str, first: int, count: int) -> None:
+    async def go():
+        for i in range(first, first + count):
+            body = json.dumps({"id": i, "customer": f"c{i % 5}", "amount": float(i % 100)}).encode()
+            await client.js.publish(subject, body, headers={"Nats-TTL": "1h"} if i % 2 else None)
+
+    client.run(go(), timeout=120)
+
+
+def test_orders_pipeline_stops_on_sigterm_and_resumes_exactly_once(nats_server, nats_client, stream_name, tmp_path):
+    source, target = f"{stream_name}O", f"{stream_name}I"
+    nats_client.add_stream(source, [f"{source.lower()}.new"], allow_msg_ttl=True)
+    _publish_orders(nats_client, f"{source.lower()}.new", 0, 3000)
+    command = spark_submit_command("local[2]") + [
+        str(EXAMPLES / "orders_pipeline.py"), "--servers", nats_server.url, "--source-stream", source,
+        "--target-stream", target, "--checkpoint", str(tmp_path / "chk"), "--max-messages-per-trigger", "500"]
+
+    job = subprocess.Popen(command + ["--trigger", "1 second"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           text=True, start_new_session=True)
+    try:
+        wait_until(lambda: job.poll() is not None or (
+            "error" not in nats_client.api(f"STREAM.INFO.{target}")
+            and nats_client.stream_state(target)["messages"] >= 1000), timeout=240, what="invoices arriving")
+        assert job.poll() is None, job.communicate()[1][-3000:]
+        # SIGTERM the Python driver, as a scheduler stopping the job would.
+        drivers = child_processes(job.pid, "orders_pipeline.py")
+        assert drivers, "the Python driver process of spark-submit"
+        os.kill(drivers[0], signal.SIGTERM)
+        out, err = job.communicate(timeout=120)
+    finally:
+        if job.poll() is None:
+            os.killpg(job.pid, signal.SIGKILL)
+    assert job.returncode == 0, err[-3000:]
+    assert "stopping on signal" in out and "stopped cleanly" in out
+
+    _publish_orders(nats_client, f"{source.lower()}.new", 3000, 1000)
+    done = subprocess.run(command + ["--trigger", "availableNow"], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+
+    invoices = [(json.loads(m.data), m) for m in nats_client.messages(target)]
+    assert sorted(inv["order_id"] for inv, _ in invoices) == list(range(4000))  # each order exactly once
+    assert sorted(inv["source_seq"] for inv, _ in invoices) == list(range(1, 4001))
+    sample, message = next((inv, m) for inv, m in invoices if inv["order_id"] == 7)
+    assert message.subject == f"{target.lower()}.c2" and sample["amount_with_tax"] == round(7 * 1.2, 2)
+    assert message.headers.get("Nats-TTL") == ["1h"]  # the order's TTL travelled with it
+
+
+def test_kv_latest_values_shows_max_age_markers():
+    out = _run_example("kv_latest_values.py").stdout
+    assert "3 keys expired and left a MaxAge marker; 2 keys alive" in out
+    alive = out.split("Keys still alive:")[1]
+    assert "sensors.kitchen" in alive and "23.5" in alive and "sensors.attic" in alive and "31.0" in alive
+    assert "sensors.boiler" not in alive
+
+
+def test_copy_preserving_expiry_keeps_absolute_expiry():
+    out = _run_example("copy_preserving_expiry.py", "--delay", "2").stdout
+    found = re.search(r"(\d+) messages copied; .* at most ([\d.]+)s", out)
+    assert found and found.group(1) == "4" and float(found.group(2)) < 1.5
+    assert "EARLY" not in out
+
+
+def test_batch_replay_writes_the_sequence_range_to_parquet(tmp_path):
+    out = _run_example("batch_replay.py", "--out", str(tmp_path / "replay")).stdout
+    assert "sequences 501..1500" in out and "1000 rows (1000 distinct sequences)" in out
+    table = pq.read_table(tmp_path / "replay")
+    seqs = sorted(table.column("seq").to_pylist())
+    assert seqs == list(range(501, 1501))
+    assert json.loads(table.column("data")[0].as_py())["id"] >= 0
