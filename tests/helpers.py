@@ -268,8 +268,9 @@ def child_processes(parent: int, needle: str) -> list[int]:
     return found
 
 
-def spark_submit_command(master: str) -> list[str]:
-    """``spark-submit`` of the installed PySpark with the project's spark-conf/, for this interpreter."""
+def spark_submit_command(master: str, executor_python: str | None = None) -> list[str]:
+    """``spark-submit`` of the installed PySpark with the project's spark-conf/; the driver
+    runs this interpreter, the executors ``executor_python`` (default: this one too)."""
     import shutil
     import sys
     from pathlib import Path
@@ -280,4 +281,5 @@ def spark_submit_command(master: str) -> list[str]:
     submit = shutil.which("spark-submit", path=str(Path(sys.executable).parent)) or str(
         Path(pyspark.__file__).parent / "bin" / "spark-submit")
     return [submit, "--master", master, "--properties-file", str(root / "spark-conf" / "spark-defaults.conf"),
-            "--conf", f"spark.pyspark.python={sys.executable}", "--conf", f"spark.pyspark.driver.python={sys.executable}"]
+            "--conf", f"spark.pyspark.python={executor_python or sys.executable}",
+            "--conf", f"spark.pyspark.driver.python={sys.executable}"]

@@ -102,8 +102,7 @@ def test_orders_pipeline_on_a_standalone_cluster_against_a_nats_cluster(
 
         deps = tmp_path / "pyspark_jetstream_deps.zip"
         subprocess.run([sys.executable, "-m", "pyspark_jetstream.pack", str(deps)], check=True, timeout=60)
-        command = spark_submit_command(master_url) + [
-            "--conf", f"spark.pyspark.python={executor_python}",  # the executors' venv (the later one wins)
+        command = spark_submit_command(master_url, executor_python) + [
             "--conf", "spark.executor.cores=2", "--conf", "spark.cores.max=2", "--conf", "spark.executor.memory=1g",
             "--py-files", str(deps),
             str(ROOT / "examples" / "orders_pipeline.py"), "--servers", nats_cluster.url,
