@@ -20,6 +20,7 @@ from .errors import (
     ServerBinaryNotFound,
     StreamConfigError,
 )
+from .threads import bind_session_to_thread
 
 DefaultSource = JetStreamDataSource
 
@@ -39,4 +40,5 @@ __all__ = [
     "SchemaError",
     "ServerBinaryNotFound",
     "StreamConfigError",
+    "bind_session_to_thread",
 ]
