@@ -164,6 +164,21 @@ async def raw_pull_to_arrow(url: str, stream: str, count: int, batch: int = 10_0
     return elapsed
 
 
+def python_worker_rss_kib() -> list[int]:
+    """Current RSS (KiB) of each of Spark's Python worker processes (the daemon and its forks), from /proc."""
+    sizes = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if b"pyspark.daemon" not in f.read():
+                    continue
+            with open(f"/proc/{pid}/status") as f:
+                sizes += [int(line.split()[1]) for line in f if line.startswith("VmRSS:")]
+        except OSError:
+            continue
+    return sizes
+
+
 class WorkerRss:
     """Peak current RSS of Spark's Python worker processes, sampled from /proc while a path runs."""
 
@@ -177,21 +192,7 @@ class WorkerRss:
 
     @staticmethod
     def _sample() -> int:
-        peak = 0
-        for pid in os.listdir("/proc"):
-            if not pid.isdigit():
-                continue
-            try:
-                with open(f"/proc/{pid}/cmdline", "rb") as f:
-                    if b"pyspark.daemon" not in f.read():
-                        continue
-                with open(f"/proc/{pid}/status") as f:
-                    for line in f:
-                        if line.startswith("VmRSS:"):
-                            peak = max(peak, int(line.split()[1]))
-            except OSError:
-                continue
-        return peak
+        return max(python_worker_rss_kib(), default=0)
 
     def _run(self) -> None:
         while not self._stop.is_set():

@@ -37,6 +37,9 @@ os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench import python_worker_rss_kib  # noqa: E402
+
 TTLS = ("30m", "1h", "2h", "90m")
 
 
@@ -107,18 +110,7 @@ class SteadyPublisher:
 
 def worker_rss_mib() -> tuple[int, float, float]:
     """Spark's Python worker processes now: how many, their total and their largest RSS (MiB)."""
-    sizes = []
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                if b"pyspark.daemon" not in f.read():
-                    continue
-            with open(f"/proc/{pid}/status") as f:
-                for line in f:
-                    if line.startswith("VmRSS:"):
-                        sizes.append(int(line.split()[1]) / 1024)
-        except OSError:
-            continue
+    sizes = [kib / 1024 for kib in python_worker_rss_kib()]
     return len(sizes), sum(sizes), max(sizes, default=0.0)
 
 
