@@ -1,4 +1,4 @@
-"""Faults the guarantees must survive: a lost commit, a lost consumer, stream limits."""
+"""Faults the guarantees must survive: a lost commit, a lost (deleted or reaped) consumer, stream limits."""
 
 from __future__ import annotations
 
@@ -43,7 +43,20 @@ def test_crash_between_write_and_commit_is_deduplicated(spark, nats_server, nats
     assert sorted(m.data for m in nats_client.messages(stream_name)) == sorted(f"row-{i}".encode() for i in range(300))
 
 
-def test_consumer_deleted_mid_read_is_recreated(spark, nats_server, nats_client, stream_name, tmp_path):
+def _delete_consumer(client, stream: str, name: str) -> None:
+    assert "error" not in client.api(f"CONSUMER.DELETE.{stream}.{name}")
+
+
+def _let_server_reap_consumer(client, stream: str, name: str) -> None:
+    """Shorten the consumer's inactive threshold to 1s: the server itself reaps it
+    while the held partition sends no pulls (what a stall longer than the threshold does)."""
+    config = dict(client.api(f"CONSUMER.INFO.{stream}.{name}")["config"], inactive_threshold=1_000_000_000)
+    reply = client.api(f"CONSUMER.CREATE.{stream}.{name}", {"stream_name": stream, "config": config, "action": "update"})
+    assert reply["config"]["inactive_threshold"] == 1_000_000_000, reply
+
+
+@pytest.mark.parametrize("lose", [_delete_consumer, _let_server_reap_consumer], ids=["deleted", "reaped"])
+def test_consumer_lost_mid_read_is_recreated(spark, nats_server, nats_client, stream_name, tmp_path, lose):
     nats_client.add_stream(stream_name, [f"{stream_name}.>"])
     # Enough data that the reader is still mid-range while the gate holds the pipeline.
     asyncio.run(fill_stream(nats_server.url, f"{stream_name}.x", 100_000))
@@ -67,7 +80,9 @@ def test_consumer_deleted_mid_read_is_recreated(spark, nats_server, nats_client,
     names = nats_client.api(f"CONSUMER.NAMES.{stream_name}")["consumers"]
     assert names, "the partition's consumer should exist mid-read"
     for name in names:
-        assert "error" not in nats_client.api(f"CONSUMER.DELETE.{stream_name}.{name}")
+        lose(nats_client, stream_name, name)
+    wait_until(lambda: not set(names) & set(nats_client.api(f"CONSUMER.NAMES.{stream_name}")["consumers"]),
+               timeout=30, what="the partition's consumer gone from the server")
     open(resume, "w").close()
     reader.join(300)
     assert "error" not in result, result.get("error")
