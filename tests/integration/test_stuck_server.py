@@ -6,6 +6,7 @@ import asyncio
 import os
 import signal
 import threading
+import time
 
 import pytest
 
@@ -78,3 +79,39 @@ def test_pulls_that_never_complete_hit_max_wait(spark, frozen_server, tmp_path):
     assert not reader.is_alive() and errors, "the read should fail while the server is frozen"
     text = str(errors[0])
     assert "Reading stream 'STUCKR'" in text and "made no progress for 4s" in text and "consume.maxWait" in text
+
+
+def test_a_brief_freeze_misses_heartbeats_and_the_read_rides_through(spark, frozen_server, tmp_path):
+    """Frozen for three heartbeat intervals but well inside consume.maxWait: the partition
+    notices the missed heartbeats, pulls again, and the range arrives exactly once."""
+    client = SyncNats(frozen_server.url)
+    client.add_stream("PAUSED", ["paused.>"])
+    client.close()
+    count = 50_000
+    asyncio.run(fill_stream(frozen_server.url, "paused.x", count))
+    reached, resume = str(tmp_path / "reached"), str(tmp_path / "resume")
+    gate = gate_at_first_batch(reached, resume)
+
+    df = (spark.read.format("jetstream").option("servers", frozen_server.url).option("stream", "PAUSED")
+          .option("numPartitions", "1").option("batchSize", "500").option("consume.maxMessages", "1000")
+          .option("consume.expires", "2s").option("consume.idleHeartbeat", "1s").option("consume.maxWait", "60s")
+          .load())
+    result: dict = {}
+
+    def run() -> None:
+        try:
+            result["seqs"] = [r.seq for r in df.mapInArrow(gate, df.schema).select("seq").collect()]
+        except Exception as exc:
+            result["error"] = exc
+
+    reader = threading.Thread(target=run)
+    reader.start()
+    wait_until(lambda: os.path.exists(reached), timeout=120, what="the read has started")
+    os.kill(frozen_server.pid, signal.SIGSTOP)
+    open(resume, "w").close()  # the partition pulls again into a frozen server
+    time.sleep(3.0)  # the fault itself: frozen for three heartbeat intervals
+    os.kill(frozen_server.pid, signal.SIGCONT)
+    reader.join(180)
+    assert not reader.is_alive()
+    assert "error" not in result, result.get("error")
+    assert sorted(result["seqs"]) == list(range(1, count + 1))
