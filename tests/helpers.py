@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -163,6 +164,46 @@ def gate_at_first_batch(reached: str, release: str, timeout: float = 120.0):
             yield batch
 
     return gate
+
+
+class HeldRead:
+    """A batch read of stream sequences on a background thread, held at its first
+    Arrow batch (a partition mid-read) until the test has injected its fault."""
+
+    def __init__(self, df: Any, workdir: Any) -> None:
+        self._reached, self._release = str(workdir / "held-reached"), str(workdir / "held-release")
+        gated = df.mapInArrow(gate_at_first_batch(self._reached, self._release), df.schema).select("seq")
+        self._outcome: dict[str, Any] = {}
+        self._thread = threading.Thread(target=self._collect, args=(gated,), daemon=True)
+        self._thread.start()
+        wait_until(lambda: os.path.exists(self._reached) or not self._thread.is_alive(), timeout=120,
+                   what="the read reached its first batch")
+        assert self._thread.is_alive(), self._outcome.get("error")
+
+    def _collect(self, gated: Any) -> None:
+        try:
+            self._outcome["seqs"] = [row.seq for row in gated.collect()]
+        except Exception as exc:  # handed to the test by seqs() / error()
+            self._outcome["error"] = exc
+
+    def let_go(self) -> None:
+        open(self._release, "w").close()
+
+    def _join(self, timeout: float) -> None:
+        self._thread.join(timeout)
+        assert not self._thread.is_alive(), f"the read did not end within {timeout}s"
+
+    def seqs(self, timeout: float = 300) -> list[int]:
+        """The sequences read, sorted; the read's own exception if it failed."""
+        self._join(timeout)
+        if "error" in self._outcome:
+            raise self._outcome["error"]
+        return sorted(self._outcome["seqs"])
+
+    def error(self, timeout: float = 300) -> BaseException:
+        self._join(timeout)
+        assert "error" in self._outcome, "the read should have failed"
+        return self._outcome["error"]
 
 
 def write_json_inputs(directory: Any, files: int, rows_per_file: int) -> None:

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import os
-import threading
 
 import pytest
 from pyspark.sql import functions as F
 
-from ..helpers import fill_stream, gate_at_first_batch, wait_until, write_json_inputs
+from ..helpers import HeldRead, fill_stream, wait_until, write_json_inputs
 
 
 def test_crash_between_write_and_commit_is_deduplicated(spark, nats_server, nats_client, stream_name, tmp_path):
@@ -60,33 +59,17 @@ def test_consumer_lost_mid_read_is_recreated(spark, nats_server, nats_client, st
     nats_client.add_stream(stream_name, [f"{stream_name}.>"])
     # Enough data that the reader is still mid-range while the gate holds the pipeline.
     asyncio.run(fill_stream(nats_server.url, f"{stream_name}.x", 100_000))
-    reached, resume = str(tmp_path / "reached"), str(tmp_path / "resume")
-
-    gate = gate_at_first_batch(reached, resume)
-
     df = (spark.read.format("jetstream").option("servers", nats_server.url).option("stream", stream_name)
           .option("numPartitions", "1").option("batchSize", "50").option("consume.maxMessages", "100").load())
-    result: dict = {}
-
-    def run() -> None:
-        try:
-            result["seqs"] = [r.seq for r in df.mapInArrow(gate, df.schema).select("seq").collect()]
-        except Exception as exc:
-            result["error"] = exc
-
-    reader = threading.Thread(target=run)
-    reader.start()
-    wait_until(lambda: os.path.exists(reached), timeout=120)
+    read = HeldRead(df, tmp_path)
     names = nats_client.api(f"CONSUMER.NAMES.{stream_name}")["consumers"]
     assert names, "the partition's consumer should exist mid-read"
     for name in names:
         lose(nats_client, stream_name, name)
     wait_until(lambda: not set(names) & set(nats_client.api(f"CONSUMER.NAMES.{stream_name}")["consumers"]),
                timeout=30, what="the partition's consumer gone from the server")
-    open(resume, "w").close()
-    reader.join(300)
-    assert "error" not in result, result.get("error")
-    assert sorted(result["seqs"]) == list(range(1, 100_001))
+    read.let_go()
+    assert read.seqs() == list(range(1, 100_001))
 
 
 @pytest.mark.parametrize(

@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import asyncio
 import os
-import threading
 
 from pyspark.sql import functions as F
 
 from pyspark_jetstream.server import EmbeddedNatsServer
 
-from ..helpers import SyncNats, fill_stream, gate_at_first_batch, gate_at_sequence, wait_until
+from ..helpers import HeldRead, SyncNats, fill_stream, gate_at_sequence, wait_until
 
 
 def test_server_killed_mid_partition_read_rides_through(spark, tmp_path):
@@ -22,31 +21,13 @@ def test_server_killed_mid_partition_read_rides_through(spark, tmp_path):
         client.close()
         asyncio.run(fill_stream(server.url, "restart.x", count))
 
-        reached, resume = str(tmp_path / "reached"), str(tmp_path / "resume")
-
-        gate = gate_at_first_batch(reached, resume)
-
         df = (spark.read.format("jetstream").option("servers", server.url).option("stream", "RESTART")
               .option("numPartitions", "1").option("batchSize", "500").option("consume.maxMessages", "1000")
               .option("consume.expires", "5s").load())
-        result: dict = {}
-
-        def run() -> None:
-            try:
-                result["seqs"] = [r.seq for r in df.mapInArrow(gate, df.schema).select("seq").collect()]
-            except Exception as exc:  # surfaced by the assertion below
-                result["error"] = exc
-
-        reader = threading.Thread(target=run)
-        reader.start()
-        wait_until(lambda: os.path.exists(reached), timeout=120, what="the first batch reached the gate")
+        read = HeldRead(df, tmp_path)
         server.restart(kill=True)
-        open(resume, "w").close()
-        reader.join(300)
-        assert not reader.is_alive()
-        assert "error" not in result, result.get("error")
-        seqs = result["seqs"]
-        assert len(seqs) == count and sorted(seqs) == list(range(1, count + 1))
+        read.let_go()
+        assert read.seqs() == list(range(1, count + 1))
 
 
 def test_server_killed_mid_batch_of_a_streaming_copy_exactly_once(spark, tmp_path):
