@@ -517,7 +517,8 @@ SOURCE_OPTIONS: tuple[OptionSpec, ...] = (
                "`consume.expires`, at most 30s).", parse_duration_seconds(0.5)),
     OptionSpec("consume.maxWait", "60s", "Expected a duration of at least 1s, such as '60s'.",
                "Give up a partition with a clear error after this long without progress (server gone, consumer "
-               "lost and not recreatable).", parse_duration_seconds(1.0)),
+               "lost and not recreatable); the driver's planning requests are retried for as long.",
+               parse_duration_seconds(1.0)),
 )
 
 

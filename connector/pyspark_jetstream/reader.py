@@ -7,9 +7,10 @@ side: :func:`partition_reader.read_partition` yields Arrow batches.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Coroutine, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import (
@@ -20,7 +21,7 @@ from pyspark.sql.streaming.datasource import (
 )
 
 from . import jsapi, runtime
-from .errors import DataLossError, StreamConfigError
+from .errors import DataLossError, JetStreamApiError, StreamConfigError
 from .logs import get_logger
 from .options import SourceOptions
 from .planning import (
@@ -34,6 +35,7 @@ from .planning import (
 )
 
 log = get_logger("source")
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -46,12 +48,40 @@ class JetStreamPartition(InputPartition):
     last: int
 
 
+def _ask_server(opts: SourceOptions, call: Callable[[], Coroutine[Any, Any, T]], what: str) -> T:
+    """Run a driver-side API call, asking again while the failure is transient.
+
+    A streaming query plans every micro-batch with a STREAM.INFO; a server restart
+    or a leader election leaves that request unanswered (408) or without responders
+    (503) for a few seconds. Failing the query there would force a restart from the
+    checkpoint for what the partitions themselves ride through, so the driver keeps
+    asking with backoff, for at most ``consume.maxWait``, like a partition does.
+    """
+    deadline = time.monotonic() + opts.max_wait
+    delay = 0.25
+    while True:
+        try:
+            return runtime.run(call(), timeout=opts.connection.connect_timeout * 3 + 30)
+        except JetStreamApiError as exc:
+            if not jsapi.is_transient(exc):
+                raise
+            if time.monotonic() + delay > deadline:
+                raise JetStreamApiError(
+                    exc.api, exc.code, exc.err_code,
+                    f"{exc.description}; still failing after {opts.max_wait:g}s of retries (raise the option "
+                    "'consume.maxWait' to wait longer for the server)",
+                ) from None
+            log.warning("%s failed (%s); asking again in %.2fs", what, exc, delay)
+            time.sleep(delay)
+            delay = min(delay * 2, 5.0)
+
+
 def _bounds(opts: SourceOptions) -> StreamBounds:
     async def info() -> dict | None:
         nc = await runtime.connection(opts.connection)
         return await jsapi.stream_info(nc, opts.stream)
 
-    reply = runtime.run(info(), timeout=opts.connection.connect_timeout * 3 + 30)
+    reply = _ask_server(opts, info, f"Stream info of '{opts.stream}'")
     if reply is None:
         what = f"KV bucket '{opts.bucket}' (stream {opts.stream})" if opts.bucket else f"Stream '{opts.stream}'"
         raise StreamConfigError(f"{what} does not exist. Check the option '{'bucket' if opts.bucket else 'stream'}'.")
@@ -66,7 +96,7 @@ def _starting_seq(opts: SourceOptions, bounds: StreamBounds) -> int:
             nc = await runtime.connection(opts.connection)
             return await jsapi.first_seq_at_or_after(nc, opts.stream, value)
 
-        return initial_seq("timestamp", bounds, timestamp_seq=runtime.run(lookup(), timeout=60))
+        return initial_seq("timestamp", bounds, timestamp_seq=_ask_server(opts, lookup, "The start-time lookup"))
     return initial_seq(mode, bounds, sequence=value)
 
 

@@ -12,7 +12,7 @@ import pytest
 
 from pyspark_jetstream.server import EmbeddedNatsServer
 
-from ..helpers import SyncNats, fill_stream, gate_at_first_batch, wait_until
+from ..helpers import HeldRead, SyncNats, fill_stream, wait_until
 
 
 @pytest.fixture
@@ -55,29 +55,13 @@ def test_pulls_that_never_complete_hit_max_wait(spark, frozen_server, tmp_path):
     client.add_stream("STUCKR", ["stuckr.>"])
     client.close()
     asyncio.run(fill_stream(frozen_server.url, "stuckr.x", 100_000))
-    reached, frozen = str(tmp_path / "reached"), str(tmp_path / "frozen")
-
-    gate = gate_at_first_batch(reached, frozen)
-
     df = (spark.read.format("jetstream").option("servers", frozen_server.url).option("stream", "STUCKR")
           .option("numPartitions", "1").option("batchSize", "500").option("consume.maxMessages", "1000")
           .option("consume.expires", "2s").option("consume.maxWait", "4s").load())
-    errors: list[BaseException] = []
-
-    def run() -> None:
-        try:
-            df.mapInArrow(gate, df.schema).count()
-        except Exception as exc:
-            errors.append(exc)
-
-    reader = threading.Thread(target=run)
-    reader.start()
-    wait_until(lambda: os.path.exists(reached), timeout=120, what="the read has started")
+    read = HeldRead(df, tmp_path)
     os.kill(frozen_server.pid, signal.SIGSTOP)
-    open(frozen, "w").close()
-    reader.join(180)
-    assert not reader.is_alive() and errors, "the read should fail while the server is frozen"
-    text = str(errors[0])
+    read.let_go()
+    text = str(read.error(timeout=180))
     assert "Reading stream 'STUCKR'" in text and "made no progress for 4s" in text and "consume.maxWait" in text
 
 
@@ -89,29 +73,42 @@ def test_a_brief_freeze_misses_heartbeats_and_the_read_rides_through(spark, froz
     client.close()
     count = 50_000
     asyncio.run(fill_stream(frozen_server.url, "paused.x", count))
-    reached, resume = str(tmp_path / "reached"), str(tmp_path / "resume")
-    gate = gate_at_first_batch(reached, resume)
-
     df = (spark.read.format("jetstream").option("servers", frozen_server.url).option("stream", "PAUSED")
           .option("numPartitions", "1").option("batchSize", "500").option("consume.maxMessages", "1000")
           .option("consume.expires", "2s").option("consume.idleHeartbeat", "1s").option("consume.maxWait", "60s")
           .load())
-    result: dict = {}
-
-    def run() -> None:
-        try:
-            result["seqs"] = [r.seq for r in df.mapInArrow(gate, df.schema).select("seq").collect()]
-        except Exception as exc:
-            result["error"] = exc
-
-    reader = threading.Thread(target=run)
-    reader.start()
-    wait_until(lambda: os.path.exists(reached), timeout=120, what="the read has started")
+    read = HeldRead(df, tmp_path)
     os.kill(frozen_server.pid, signal.SIGSTOP)
-    open(resume, "w").close()  # the partition pulls again into a frozen server
+    read.let_go()  # the partition pulls again into a frozen server
     time.sleep(3.0)  # the fault itself: frozen for three heartbeat intervals
     os.kill(frozen_server.pid, signal.SIGCONT)
-    reader.join(180)
-    assert not reader.is_alive()
-    assert "error" not in result, result.get("error")
-    assert sorted(result["seqs"]) == list(range(1, count + 1))
+    assert read.seqs(timeout=180) == list(range(1, count + 1))
+
+
+def test_a_server_frozen_between_micro_batches_does_not_fail_the_query(spark, frozen_server):
+    """The driver plans each micro-batch with a STREAM.INFO; frozen past that request's
+    10s timeout, the server leaves it unanswered. The planner asks again (within
+    consume.maxWait) instead of failing the query, and the query goes on."""
+    client = SyncNats(frozen_server.url)
+    client.add_stream("IDLE", ["idle.>"])
+    asyncio.run(fill_stream(frozen_server.url, "idle.x", 100))
+    query = (spark.readStream.format("jetstream").option("servers", frozen_server.url).option("stream", "IDLE")
+             .option("startingOffsets", "earliest").load()
+             .writeStream.format("memory").queryName("idle_copy").trigger(processingTime="200 milliseconds").start())
+
+    def copied() -> int:
+        assert query.isActive, query.exception()
+        return spark.sql("select count(*) from idle_copy").first()[0]
+
+    try:
+        wait_until(lambda: copied() == 100, timeout=120, what="the first 100 messages copied")
+        os.kill(frozen_server.pid, signal.SIGSTOP)
+        time.sleep(12.0)  # the fault itself: longer than the planner's 10s request timeout
+        os.kill(frozen_server.pid, signal.SIGCONT)
+        asyncio.run(fill_stream(frozen_server.url, "idle.x", 100))
+        wait_until(lambda: copied() == 200, timeout=120, what="the next 100 messages copied")
+        seqs = sorted(r.seq for r in spark.sql("select seq from idle_copy").collect())
+    finally:
+        query.stop()
+        client.close()
+    assert seqs == list(range(1, 201))

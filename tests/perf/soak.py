@@ -43,6 +43,13 @@ from bench import python_worker_rss_kib  # noqa: E402
 TTLS = ("30m", "1h", "2h", "90m")
 
 
+def _cause(text: str) -> str:
+    """The line of a (Python-wrapped) query exception that names the error."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    named = [line for line in lines if "Error:" in line or "Exception:" in line]
+    return (named[-1] if named else lines[0] if lines else text)[:300]
+
+
 class SteadyPublisher:
     """Publishes ``rate`` messages a second into ``subject`` until stopped.
 
@@ -210,7 +217,7 @@ def main() -> int:
             next_restart = now + args.restart_every
             print(f"  [{now - started:6.0f}s] nats-server SIGKILLed and restarted", flush=True)
         if not query.isActive:
-            failures.append(str(query.exception()).split("\n")[0][:300])
+            failures.append(_cause(str(query.exception())))
             print(f"  [{now - started:6.0f}s] query stopped ({failures[-1]}); restarting from its checkpoint",
                   flush=True)
             query = start_query(spark, server.url, checkpoint)
