@@ -116,11 +116,11 @@ class SyncNats:
         self._loop.call_soon_threadsafe(self._loop.stop)
 
 
-async def fill_stream(url: str, subject: str, count: int) -> None:
+async def fill_stream(url: str, subject: str, count: int, **connect_kwargs: Any) -> None:
     """Publish ``count`` small messages fast (pipelined, every PubAck checked)."""
     import nats
 
-    nc = await nats.connect(url.split(","))
+    nc = await nats.connect(url.split(","), **connect_kwargs)
     inbox = nc.new_inbox()
     done, acked, errors = asyncio.Event(), [0], []
 

@@ -1,6 +1,7 @@
-"""The password never appears in what Spark and the connector show or store: the
-extended plans, the Spark UI's SQL plan text (REST API), the logs at DEBUG (Spark's
-JVM and the connector's Python processes), the checkpoint, or progress reports."""
+"""Secrets never appear in what Spark and the connector show or store: the extended
+plans, the Spark UI's SQL plan text (REST API), the logs at DEBUG (Spark's JVM and the
+connector's Python processes), the checkpoint, or progress reports. One job per kind of
+secret: a password, a token, and an NKey seed (given as a file, read by the connector)."""
 
 from __future__ import annotations
 
@@ -11,30 +12,53 @@ import subprocess
 import sys
 from pathlib import Path
 
+import nkeys
+import pytest
+
 from pyspark_jetstream.server import EmbeddedNatsServer
 
 from ..helpers import SyncNats, fill_stream
 
 JOB = Path(__file__).parent / "jobs" / "secrets_job.py"
 PASSWORD = "pw-9f3Kq-never-print-me"
+TOKEN = "tok-7Rz2-never-print-me"
 
 
-def test_password_absent_from_ui_plans_logs_and_checkpoint(tmp_path):
+def _password(tmp_path: Path):
     config = f'authorization {{ users = [ {{ user: "alice", password: "{PASSWORD}" }} ] }}'
+    return PASSWORD, config, {"user": "alice", "password": PASSWORD}, {"user": "alice", "password": PASSWORD}
+
+
+def _token(tmp_path: Path):
+    config = f'authorization {{ token: "{TOKEN}" }}'
+    return TOKEN, config, {"token": TOKEN}, {"token": TOKEN}
+
+
+def _nkey_seed(tmp_path: Path):
+    seed = nkeys.encode_seed(os.urandom(32), nkeys.PREFIX_BYTE_USER)
+    public = nkeys.from_seed(seed).public_key.decode()
+    seed_file = tmp_path / "user.nk"
+    seed_file.write_bytes(seed)
+    config = f'authorization {{ users = [ {{ nkey: "{public}" }} ] }}'
+    return seed.decode(), config, {"nkeySeedFile": str(seed_file)}, {"nkeys_seed": str(seed_file)}
+
+
+@pytest.mark.parametrize("auth", [_password, _token, _nkey_seed], ids=["password", "token", "nkey-seed"])
+def test_secret_absent_from_ui_plans_logs_and_checkpoint(tmp_path, auth):
+    secret, config, options, client_auth = auth(tmp_path)
     with EmbeddedNatsServer(config=config) as server:
-        client = SyncNats(server.url, user="alice", password=PASSWORD)
+        client = SyncNats(server.url, **client_auth)
         client.add_stream("SECSRC", ["secsrc.>"])
         client.add_stream("SECDST", ["secdst.>"])
-        client.close()
-        asyncio.run(fill_stream(f"nats://alice:{PASSWORD}@127.0.0.1:{server.port}", "secsrc.x", 500))
+        asyncio.run(fill_stream(server.url, "secsrc.x", 500, **client_auth))
         checkpoint, out_dir = tmp_path / "chk", tmp_path / "out"
         env = {**os.environ, "PYSPARK_JETSTREAM_LOG_LEVEL": "DEBUG"}
         done = subprocess.run(
-            [sys.executable, str(JOB), server.url, PASSWORD, "SECSRC", "SECDST", str(checkpoint), str(out_dir)],
+            [sys.executable, str(JOB), server.url, json.dumps(options), "SECSRC", "SECDST", str(checkpoint),
+             str(out_dir)],
             capture_output=True, text=True, timeout=600, env=env,
         )
         assert done.returncode == 0, done.stderr[-3000:]
-        client = SyncNats(server.url, user="alice", password=PASSWORD)
         assert client.stream_state("SECDST")["messages"] == 1000  # the job really ran both queries
         client.close()
 
@@ -53,6 +77,6 @@ def test_password_absent_from_ui_plans_logs_and_checkpoint(tmp_path):
     assert any(name.endswith("/metadata") for name in checkpoint_text)
 
     for where, text in [("logs", logs), ("explain", explain), ("Spark UI", ui)]:
-        assert PASSWORD not in text, f"the password leaked into the {where}"
+        assert secret not in text, f"the secret leaked into the {where}"
     for name, data in checkpoint_text.items():
-        assert PASSWORD.encode() not in data, f"the password leaked into {name}"
+        assert secret.encode() not in data, f"the secret leaked into {name}"

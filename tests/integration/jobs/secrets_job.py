@@ -1,14 +1,15 @@
 """A job run as its own process by the secrets test: everything Spark and the
 connector show about a query that carries a password, gathered in one place.
 
-Usage: python secrets_job.py SERVERS PASSWORD SOURCE_STREAM TARGET_STREAM CHECKPOINT OUT_DIR
+Usage: python secrets_job.py SERVERS AUTH_OPTIONS_JSON SOURCE_STREAM TARGET_STREAM CHECKPOINT OUT_DIR
 
-It runs a streaming read -> write with user/password on both sides, a batch read
+It runs a streaming read -> write with the given authentication options (user and
+password, a token, or an NKey seed file) on both sides, a batch read
 and a batch write, with Spark's JVM log at DEBUG and the connector's at DEBUG
 (``PYSPARK_JETSTREAM_LOG_LEVEL``, set by the test). It writes ``explain.txt``
 (extended plans) and ``ui.json`` (the Spark UI's REST answers: SQL executions
 with plan descriptions, jobs, stages, environment) into OUT_DIR. The test greps
-those, the checkpoint and this process's output for the password.
+those, the checkpoint and this process's output for the secret.
 """
 
 import json
@@ -39,7 +40,7 @@ def ui_dump(spark) -> dict:
     }
 
 
-def main(servers: str, password: str, source: str, target: str, checkpoint: str, out_dir: str) -> None:
+def main(servers: str, auth_options: str, source: str, target: str, checkpoint: str, out_dir: str) -> None:
     spark = (
         SparkSession.builder.master("local[2]").appName("secrets-job")
         .config("spark.ui.enabled", "true").config("spark.ui.port", "0")
@@ -47,7 +48,7 @@ def main(servers: str, password: str, source: str, target: str, checkpoint: str,
         .getOrCreate()
     )
     spark.sparkContext.setLogLevel("DEBUG")
-    auth = {"servers": servers, "user": "alice", "password": password}
+    auth = {"servers": servers, **json.loads(auth_options)}
     explains = []
 
     stream_in = (spark.readStream.format("jetstream").options(**auth).option("stream", source)
