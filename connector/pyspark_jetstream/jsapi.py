@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Iterator
 from typing import Any
 
 from .errors import JetStreamApiError
@@ -32,6 +33,15 @@ def is_transient(exc: BaseException) -> bool:
     if isinstance(exc, JetStreamApiError):
         return exc.code in (408, 503)
     return isinstance(exc, (asyncio.TimeoutError, TimeoutError, OSError))
+
+
+def retry_delays() -> Iterator[float]:
+    """Seconds to wait before each new attempt after a transient failure: 0.25s,
+    doubling, at most 5s (the caller bounds the total by its own deadline)."""
+    delay = 0.25
+    while True:
+        yield delay
+        delay = min(delay * 2, 5.0)
 
 
 async def request(nc, api: str, body: dict[str, Any] | None = None, timeout: float = 10.0) -> dict[str, Any]:

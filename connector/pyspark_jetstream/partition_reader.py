@@ -27,7 +27,7 @@ from typing import Any
 
 from . import runtime
 from .errors import PartitionReadError
-from .jsapi import is_transient, request
+from .jsapi import is_transient, request, retry_delays
 from .logs import get_logger
 from .metadata import fast_fields
 from .options import SourceOptions
@@ -267,7 +267,7 @@ class PartitionReader:
         """Create the consumer, asking again with backoff while the failure is
         transient (a clustered stream between leaders, a node gone), for at most
         ``consume.maxWait`` without progress."""
-        delay = 0.25
+        delays = retry_delays()
         while not self.done:
             try:
                 self.resetting = False
@@ -283,8 +283,7 @@ class PartitionReader:
                     return
                 log.warning("stream %s: creating the consumer from sequence %d failed (%s); retrying",
                             self.stream, start_seq, exc)
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 5.0)
+                await asyncio.sleep(next(delays))
 
     def _stalled_error(self, why: str) -> PartitionReadError:
         return PartitionReadError(

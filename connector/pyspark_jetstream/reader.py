@@ -58,13 +58,14 @@ def _ask_server(opts: SourceOptions, call: Callable[[], Coroutine[Any, Any, T]],
     asking with backoff, for at most ``consume.maxWait``, like a partition does.
     """
     deadline = time.monotonic() + opts.max_wait
-    delay = 0.25
+    delays = jsapi.retry_delays()
     while True:
         try:
             return runtime.run(call(), timeout=opts.connection.connect_timeout * 3 + 30)
         except JetStreamApiError as exc:
             if not jsapi.is_transient(exc):
                 raise
+            delay = next(delays)
             if time.monotonic() + delay > deadline:
                 raise JetStreamApiError(
                     exc.api, exc.code, exc.err_code,
@@ -73,7 +74,6 @@ def _ask_server(opts: SourceOptions, call: Callable[[], Coroutine[Any, Any, T]],
                 ) from None
             log.warning("%s failed (%s); asking again in %.2fs", what, exc, delay)
             time.sleep(delay)
-            delay = min(delay * 2, 5.0)
 
 
 def _bounds(opts: SourceOptions) -> StreamBounds:
