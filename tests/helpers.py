@@ -85,8 +85,8 @@ class SyncNats:
             out.append(StoredMessage(m["subject"], m["seq"], base64.b64decode(m.get("data") or b""), headers, m["time"]))
             seq = m["seq"] + 1
 
-    def publish_raw(self, subject: str, headers: bytes | None, data: bytes, timeout: float = 5.0) -> dict:
-        """Publish with an exact header block and return the PubAck JSON."""
+    def publish_raw(self, subject: str | bytes, headers: bytes | None, data: bytes, timeout: float = 5.0) -> dict:
+        """Publish with an exact header block (and subject bytes) and return the PubAck JSON."""
 
         async def go() -> dict:
             inbox = self.nc.new_inbox()
@@ -97,10 +97,12 @@ class SyncNats:
                     fut.set_result(msg)
 
             sub = await self.nc.subscribe(inbox, cb=cb)
+            subj = subject if isinstance(subject, bytes) else subject.encode()
             if headers is None:
-                cmd = f"PUB {subject} {inbox} {len(data)}\r\n".encode() + data + b"\r\n"
+                cmd = b"PUB " + subj + f" {inbox} {len(data)}\r\n".encode() + data + b"\r\n"
             else:
-                cmd = f"HPUB {subject} {inbox} {len(headers)} {len(headers) + len(data)}\r\n".encode() + headers + data + b"\r\n"
+                cmd = b"HPUB " + subj + f" {inbox} {len(headers)} {len(headers) + len(data)}\r\n".encode() \
+                    + headers + data + b"\r\n"
             await self.nc._send_command(cmd)
             await self.nc._flush_pending()
             try:

@@ -4,9 +4,12 @@ Per partition: an ephemeral AckNone consumer starting at the range's first
 sequence (in memory, one replica, a short inactive threshold), one inbox
 subscription receiving raw frames (wire.raw_subscribe), and raw
 ``CONSUMER.MSG.NEXT`` pull requests whose size the :class:`PullEngine` decides.
-Batches go to Spark's thread through a queue; at most :data:`MAX_BATCHES_AHEAD`
-wait there, and no pull is sent while they do, so memory is bounded by
-``batchSize`` and the consume buffer, never by the range.
+Batches go to Spark's thread through a queue as raw lists; at most
+:data:`MAX_BATCHES_AHEAD` wait there, and no pull is sent while they do, so
+memory is bounded by ``batchSize`` and the consume buffer, never by the range.
+Spark's thread builds the Arrow batch: nothing but list appends runs inside
+nats-py's read loop, and a frame handler never raises into it (a message it
+cannot take fails the partition, naming the stream and the sequence).
 
 The partition ends when it delivered the range's last sequence, when the
 consumer reports nothing pending (the range's tail may have been deleted), or
@@ -32,12 +35,16 @@ from .logs import get_logger
 from .metadata import fast_fields
 from .options import SourceOptions
 from .pull_engine import Outcome, PullEngine
-from .source_rows import BatchBuilder
+from .source_rows import BatchBuilder, RawBatch
 from .wire import events_of, raw_subscribe, raw_unsubscribe, send_raw
 
 log = get_logger("source")
 
 MAX_BATCHES_AHEAD = 2
+WAIT_GRACE = 10.0
+"""Seconds past ``consume.maxWait`` after which Spark's thread stops waiting for a
+reader that neither delivered nor failed (a backstop: the reader's own watchdog
+fails the partition at ``consume.maxWait``)."""
 _ACK_PREFIX = b"$JS.ACK."
 _DONE = object()
 
@@ -160,7 +167,7 @@ class PartitionReader:
             return
         self.done = True
         if len(self.builder):
-            self.out.put(self.builder.build())
+            self.out.put(self.builder.take())
         self.out.put(_DONE)
         asyncio.ensure_future(self.close())
 
@@ -191,17 +198,26 @@ class PartitionReader:
 
     def _emit(self) -> None:
         self.ahead += 1
-        self.out.put(self.builder.build())
+        self.out.put(self.builder.take())
 
     # ---------------------------------------------------------------- frames
 
     def _on_frame(self, subject: bytes, reply: bytes, data: bytes, headers: bytes | None) -> None:
+        """Called by nats-py's parser for every frame on the inbox: must never raise into it."""
         if self.done:
             return
-        if reply.startswith(_ACK_PREFIX):
-            self._on_message(subject, reply, data, headers)
-        elif headers is not None:
-            self._on_status(headers)
+        try:
+            if reply.startswith(_ACK_PREFIX):
+                self._on_message(subject, reply, data, headers)
+            elif headers is not None:
+                self._on_status(headers)
+        except Exception as exc:  # one bad frame fails this partition, never the shared connection
+            log.debug("frame handler failed", exc_info=True)
+            self._fail(PartitionReadError(
+                f"Reading stream '{self.stream}' sequences {self.first}..{self.last} failed after sequence "
+                f"{self.last_sseq}: a frame on subject {subject[:200]!r} with reply {reply[:200]!r} could not be "
+                f"read ({type(exc).__name__}: {exc})."
+            ))
 
     def _on_message(self, subject: bytes, reply: bytes, data: bytes, headers: bytes | None) -> None:
         sseq, dseq, ts, pending = fast_fields(reply)
@@ -314,21 +330,61 @@ class PartitionReader:
         self._maybe_pull()
 
 
+def build_batch(raw: RawBatch) -> Any:
+    """The Arrow batch of ``raw``; a failure names the stream, the sequence and the cause.
+
+    Building is total for everything a server delivers (see :mod:`source_rows`),
+    so this is the last line of defence, not a code path anyone should meet.
+    """
+    try:
+        return raw.build()
+    except Exception as exc:
+        seq = next((raw.seqs[i] for i in range(len(raw)) if not _builds(raw.row(i))), None)
+        where = f"sequence {seq}" if seq is not None else f"sequences {raw.seqs[0]}..{raw.seqs[-1]}"
+        raise PartitionReadError(
+            f"Reading stream '{raw.stream}' failed at {where}: the message cannot be turned into a row "
+            f"({type(exc).__name__}: {exc})."
+        ) from None
+
+
+def _builds(raw: RawBatch) -> bool:
+    try:
+        raw.build()
+        return True
+    except Exception:
+        return False
+
+
 def read_partition(opts: SourceOptions, stream: str, first: int, last: int) -> Iterator[Any]:
-    """Yield the partition's RecordBatches on Spark's thread while the loop thread reads."""
+    """Yield the partition's RecordBatches on Spark's thread while the loop thread reads.
+
+    Every wait has a deadline: the reader fails itself after ``consume.maxWait``
+    without progress, and this thread gives up :data:`WAIT_GRACE` seconds later
+    should the reader neither deliver nor fail.
+    """
     out: queue.Queue = queue.Queue()
     reader = PartitionReader(opts, stream, first, last, out)
     loop = runtime.loop()
     runtime.submit(reader.start())
+    poll = min(5.0, opts.max_wait)
+    last_item = time.monotonic()
     try:
         while True:
-            item = out.get()
+            try:
+                item = out.get(timeout=poll)
+            except queue.Empty:
+                now = time.monotonic()
+                limit = opts.max_wait + WAIT_GRACE
+                if now - last_item > limit and now - reader.last_progress > limit:
+                    raise reader._stalled_error("the reader neither delivered nor failed") from None
+                continue
+            last_item = time.monotonic()
             if item is _DONE:
                 return
             if isinstance(item, BaseException):
                 raise item
             loop.call_soon_threadsafe(reader.batch_consumed)
-            yield item
+            yield build_batch(item)
     finally:
         if not reader.done:
             runtime.run(reader.close(), timeout=30)

@@ -1,8 +1,19 @@
 """The source's output schema and the Arrow batches built from raw messages, free of I/O.
 
-Per message the hot path only appends bytes and ints to lists; decoding,
-header parsing and timestamp arithmetic happen once per batch, column-wise
-where pyarrow can do it.
+Per message the hot path only appends bytes and ints to lists (:meth:`BatchBuilder.add`,
+on the I/O loop); :meth:`BatchBuilder.take` hands those lists over as a
+:class:`RawBatch`, and :meth:`RawBatch.build` decodes, parses headers and does
+the timestamp arithmetic once per batch on Spark's task thread, column-wise
+where pyarrow can do it. Building never runs inside nats-py's read loop, so no
+message can break the shared connection.
+
+Building is total: whatever bytes the server delivers become a row.
+
+* Bytes that are not UTF-8 in a subject (or a KV key) or in a header block are
+  replaced by U+FFFD; ``data`` is binary and kept as it is.
+* ``expires_at`` is null when the expiry falls after 9999-12-31T23:59:59.999999Z,
+  the end of Spark's timestamp range (``Nats-TTL: 9999999999999`` is about
+  317,000 years); ``ttl`` keeps the header as stored.
 """
 
 from __future__ import annotations
@@ -18,6 +29,9 @@ SOURCE_SCHEMA_DDL = (
 KV_SCHEMA_DDL = SOURCE_SCHEMA_DDL + ", key string, operation string"
 
 _MARKER = b"Nats-Marker-Reason:"
+
+MAX_TIMESTAMP_US = 253_402_300_799_999_999
+"""9999-12-31T23:59:59.999999Z in microseconds: the last instant Spark's timestamp type holds."""
 
 
 def arrow_schema(kv: bool):
@@ -49,7 +63,7 @@ def parse_headers(block: bytes) -> dict[str, list[str]]:
 
 
 class BatchBuilder:
-    """Accumulates one partition's messages and cuts them into RecordBatches."""
+    """Accumulates one partition's messages; :meth:`take` hands them over as a :class:`RawBatch`."""
 
     def __init__(self, stream: str, *, include_markers: bool = True, kv_bucket: str | None = None) -> None:
         self.stream = stream
@@ -78,6 +92,52 @@ class BatchBuilder:
         self.seqs.append(seq)
         self.times.append(ts_ns)
         return True
+
+    def take(self) -> RawBatch:
+        """The messages added so far, as plain lists (cheap: no decoding); the builder starts over."""
+        raw = RawBatch(self.stream, self.kv_prefix, self.schema, self.subjects, self.datas, self.header_blocks,
+                       self.seqs, self.times)
+        self._reset()
+        return raw
+
+    def build(self) -> Any:
+        """``take().build()``: the messages added so far as one RecordBatch."""
+        return self.take().build()
+
+
+def _strings(values: list[bytes]) -> Any:
+    """A string column from raw bytes; bytes that are not UTF-8 become U+FFFD."""
+    import pyarrow as pa
+
+    try:
+        return pa.array(values, pa.binary()).cast(pa.string())
+    except (pa.ArrowInvalid, UnicodeDecodeError):
+        return pa.array([v.decode("utf-8", "replace") for v in values], pa.string())
+
+
+class RawBatch:
+    """One batch's messages as the I/O loop received them, built into Arrow on Spark's thread."""
+
+    __slots__ = ("stream", "kv_prefix", "schema", "subjects", "datas", "header_blocks", "seqs", "times")
+
+    def __init__(self, stream: str, kv_prefix: str | None, schema: Any, subjects: list[bytes], datas: list[bytes],
+                 header_blocks: list[bytes | None], seqs: list[int], times: list[int]) -> None:
+        self.stream = stream
+        self.kv_prefix = kv_prefix
+        self.schema = schema
+        self.subjects = subjects
+        self.datas = datas
+        self.header_blocks = header_blocks
+        self.seqs = seqs
+        self.times = times
+
+    def __len__(self) -> int:
+        return len(self.seqs)
+
+    def row(self, i: int) -> RawBatch:
+        """Message ``i`` alone (to find which message a failed build choked on)."""
+        return RawBatch(self.stream, self.kv_prefix, self.schema, self.subjects[i:i + 1], self.datas[i:i + 1],
+                        self.header_blocks[i:i + 1], self.seqs[i:i + 1], self.times[i:i + 1])
 
     def build(self) -> Any:
         import pyarrow as pa
@@ -111,14 +171,15 @@ class BatchBuilder:
                         seconds = None
                     ttl_seconds[ttl[0]] = seconds
                 if seconds and seconds > 0:
-                    expires[i] = self.times[i] // 1000 + seconds * 1_000_000
+                    expiry = self.times[i] // 1000 + seconds * 1_000_000
+                    expires[i] = expiry if expiry <= MAX_TIMESTAMP_US else None
             marker = parsed.get("Nats-Marker-Reason")
             if marker:
                 markers[i] = marker[0]
             if self.kv_prefix and parsed.get("KV-Operation"):
                 ops[i] = parsed["KV-Operation"][0]
         columns = [
-            pa.array(self.subjects, pa.binary()).cast(pa.string()),
+            _strings(self.subjects),
             pa.array(self.datas, pa.binary()),
             pa.array(headers, self.schema.field("headers").type),
             pa.array([self.stream] * n, pa.string()),
@@ -130,7 +191,6 @@ class BatchBuilder:
         ]
         if self.kv_prefix:
             cut = len(self.kv_prefix)
-            columns.append(pa.array([s[cut:] for s in self.subjects], pa.binary()).cast(pa.string()))
+            columns.append(_strings([s[cut:] for s in self.subjects]))
             columns.append(pa.array(ops, pa.string()))
-        self._reset()
         return pa.RecordBatch.from_arrays(columns, schema=self.schema)

@@ -17,6 +17,10 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from .logs import get_logger
+
+log = get_logger("wire")
+
 RawHandler = Callable[[bytes, bytes, bytes, "bytes | None"], None]
 
 _HANDLERS_ATTR = "_pyspark_jetstream_raw_handlers"
@@ -33,8 +37,11 @@ def _install(nc: Any) -> dict[int, RawHandler]:
         handler = handlers.get(sid)
         if handler is None:
             await original(sid, subject, reply, data, headers)
-        else:
+            return
+        try:
             handler(subject, reply, data, headers)
+        except Exception:  # an exception here would stop nats-py's read loop for every user of nc
+            log.error("a raw frame handler raised; the frame was dropped", exc_info=True)
 
     nc._process_msg = dispatch
     setattr(nc, _HANDLERS_ATTR, handlers)

@@ -308,3 +308,23 @@ def test_odd_headers_and_binary_payloads_come_through_intact(spark, nats_server,
     assert dict(rows["odd"].headers) == {"Empty": [""], "Status": ["503"], "Description": ["No Messages"],
                                          "X-Dup": ["a", "a"]}
     assert rows["empty"].data == b"" and rows["empty"].headers is None
+
+
+def test_messages_no_schema_can_hold_are_read_not_hung(spark, nats_server, nats_client, stream_name):
+    """A TTL the server accepts but whose expiry lies past Spark's timestamp range (written
+    by nats-py and by this sink), and a subject that is not UTF-8: the read ends, every
+    message is a row, ``ttl`` keeps what is stored and ``expires_at`` is null."""
+    nats_client.add_stream(stream_name, [f"{stream_name}.>"], allow_msg_ttl=True)
+    huge = "9999999999999"
+    ack = nats_client.run(nats_client.js.publish(f"{stream_name}.py", b"from-nats-py", msg_ttl=int(huge)))
+    assert ack.seq == 1
+    (spark.createDataFrame([(f"{stream_name}.sink", b"from-sink", huge)], "subject string, data binary, ttl string")
+     .write.format("jetstream").option("servers", nats_server.url).option("stream", stream_name).mode("append").save())
+    assert "error" not in nats_client.publish_raw(f"{stream_name}.odd.".encode() + b"\xff\xfe", None, b"not-utf8")
+    publish(nats_client, f"{stream_name}.plain", 1)
+    rows = read(spark, nats_server, stream=stream_name, consume__maxWait="20s").orderBy("seq").collect()
+    assert [(r.seq, r.data, r.ttl, r.expires_at) for r in rows] == [
+        (1, b"from-nats-py", huge, None), (2, b"from-sink", huge, None), (3, b"not-utf8", None, None),
+        (4, b"m0", None, None)]
+    assert rows[2].subject == f"{stream_name}.odd.\ufffd\ufffd"
+    assert dict(rows[1].headers)["Nats-TTL"] == [huge]
