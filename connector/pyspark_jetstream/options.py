@@ -150,7 +150,23 @@ def parse_servers(raw: str) -> tuple[str, ...]:
     return parts
 
 
-_URL_USERINFO = re.compile(r"//[^/@\s,]*@")
+_SCHEME = re.compile(r"\s*[A-Za-z][A-Za-z0-9+.-]*://")
+
+
+def mask_userinfo(text: str) -> str:
+    """``text`` with everything from its start (after a leading ``scheme://``) up to its
+    **last** ``@`` replaced by ``***``.
+
+    A password may hold ``/``, ``@``, ``:``, ``,`` or spaces, so no URL grammar can
+    tell where it ends; only the last ``@`` is sure to follow it. In a list of URLs
+    this hides the hosts before that ``@`` too, which is the price of never
+    printing a piece of a password.
+    """
+    cut = text.rfind("@")
+    if cut < 0:
+        return text
+    scheme = _SCHEME.match(text)
+    return (scheme.group(0) if scheme and scheme.end() <= cut else "") + "***" + text[cut:]
 
 
 def _shown(spec: OptionSpec, value: object) -> object:
@@ -159,7 +175,7 @@ def _shown(spec: OptionSpec, value: object) -> object:
     if spec.secret:
         return Secret(str(value))
     if isinstance(value, str):
-        return _URL_USERINFO.sub("//***@", value)
+        return mask_userinfo(value)
     return value
 
 

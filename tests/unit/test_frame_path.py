@@ -90,7 +90,7 @@ def test_any_message_becomes_a_row_of_the_declared_schema(msgs, bucket, batch_si
     assert table.column("seq").to_pylist() == list(range(1, n + 1))
     assert table.column("data").to_pylist() == [data for _, data, _ in msgs]
     assert table.column("subject").to_pylist() == [s.decode("utf-8", "replace") for s, _, _ in msgs]
-    for row, (_, _, hdr) in zip(table.to_pylist(), msgs):
+    for row in table.to_pylist():
         expires = row["expires_at"]
         if row["ttl"] is None or expires is None:
             continue
