@@ -506,7 +506,8 @@ SOURCE_OPTIONS: tuple[OptionSpec, ...] = (
                "Streaming: at most this many sequences per micro-batch (Spark's ReadMaxRows).", parse_int_range(1)),
     OptionSpec("numPartitions", None, "Expected an integer from 1 to 10000.",
                "Spark partitions per micro-batch: the sequence range is split into at most this many contiguous "
-               "ranges. Default: the driver host's core count.", parse_int_range(1, 10_000)),
+               "ranges. Default: the driver host's core count. The count is recorded with each offset, so a "
+               "replayed micro-batch is split exactly as its first attempt was.", parse_int_range(1, 10_000)),
     OptionSpec("failOnDataLoss", "true", "Expected 'true' or 'false'.",
                "Fail when planned sequences were removed from the stream before being read (limits, purge, TTL); "
                "`false` logs a warning with the range and goes on.", parse_bool),

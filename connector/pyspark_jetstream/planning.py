@@ -1,15 +1,19 @@
 """Offsets, read limits, range splitting and data-loss detection, free of I/O.
 
-**What an offset means.** A checkpointed offset is ``{"stream": NAME, "seq": N}``:
-every stream sequence up to and *including* N has been planned. A micro-batch
-from offset ``start`` to offset ``end`` reads the sequences ``(start.seq,
-end.seq]``. User-facing sequence numbers (``startingOffsets=42``,
+**What an offset means.** A checkpointed offset is ``{"stream": NAME, "seq": N,
+"partitions": P}``: every stream sequence up to and *including* N has been
+planned. A micro-batch from offset ``start`` to offset ``end`` reads the
+sequences ``(start.seq, end.seq]``, split into at most ``end.partitions``
+ranges. User-facing sequence numbers (``startingOffsets=42``,
 ``endingOffsets=99``) are inclusive; :func:`offset_before` is the one place
 that converts an inclusive first sequence into an offset.
 
 Replaying a range after a restart yields the same messages as long as they
-are still in the stream: that determinism is what makes a query exactly-once
-with an idempotent sink.
+are still in the stream, split exactly as the first attempt split them (the
+count is read from the logged offset, not from the option or the host): that
+determinism is what makes a query exactly-once with an idempotent sink.
+Offsets written before ``partitions`` was recorded are read with the option's
+value.
 """
 
 from __future__ import annotations
@@ -27,8 +31,17 @@ class StreamBounds:
     last_seq: int
 
 
-def make_offset(stream: str, seq: int) -> dict:
-    return {"stream": stream, "seq": int(seq)}
+def make_offset(stream: str, seq: int, partitions: int | None = None) -> dict:
+    offset: dict = {"stream": stream, "seq": int(seq)}
+    if partitions is not None:
+        offset["partitions"] = int(partitions)
+    return offset
+
+
+def offset_partitions(offset: dict, default: int) -> int:
+    """How many ranges the batch ending at ``offset`` is split into: as recorded, else ``default``."""
+    recorded = offset.get("partitions")
+    return int(recorded) if isinstance(recorded, int) and recorded >= 1 else default
 
 
 def offset_seq(offset: dict, stream: str) -> int:

@@ -30,6 +30,7 @@ from .planning import (
     initial_seq,
     lost_range,
     make_offset,
+    offset_partitions,
     offset_seq,
     split_range,
 )
@@ -100,7 +101,8 @@ def _starting_seq(opts: SourceOptions, bounds: StreamBounds) -> int:
     return initial_seq(mode, bounds, sequence=value)
 
 
-def _plan_partitions(opts: SourceOptions, start: int, end: int, bounds: StreamBounds) -> list[JetStreamPartition]:
+def _plan_partitions(opts: SourceOptions, start: int, end: int, bounds: StreamBounds,
+                     num_partitions: int | None = None) -> list[JetStreamPartition]:
     lost = lost_range(start, end, bounds)
     if lost is not None:
         error = DataLossError(opts.stream, lost[0], lost[1], bounds.first_seq)
@@ -109,7 +111,7 @@ def _plan_partitions(opts: SourceOptions, start: int, end: int, bounds: StreamBo
         log.warning("%s Going on from sequence %d (failOnDataLoss=false).", error, lost[1] + 1)
         start = lost[1]
     return [JetStreamPartition(opts.stream, r.index, r.first, r.last)
-            for r in split_range(start, end, opts.num_partitions)]
+            for r in split_range(start, end, num_partitions or opts.num_partitions)]
 
 
 def _read(opts: SourceOptions, partition: JetStreamPartition) -> Iterator[Any]:
@@ -146,8 +148,11 @@ class JetStreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         self._latest: int | None = None
         self._target: int | None = None
 
+    def _offset(self, seq: int) -> dict:
+        return make_offset(self.opts.stream, seq, self.opts.num_partitions)
+
     def initialOffset(self) -> dict:
-        return make_offset(self.opts.stream, _starting_seq(self.opts, _bounds(self.opts)))
+        return self._offset(_starting_seq(self.opts, _bounds(self.opts)))
 
     def getDefaultReadLimit(self) -> ReadLimit:
         n = self.opts.max_messages_per_trigger
@@ -158,10 +163,10 @@ class JetStreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         self._latest = bounds.last_seq
         latest = bounds.last_seq if self._target is None else min(bounds.last_seq, self._target)
         max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else None
-        return make_offset(self.opts.stream, end_seq(offset_seq(start, self.opts.stream), latest, max_rows))
+        return self._offset(end_seq(offset_seq(start, self.opts.stream), latest, max_rows))
 
     def reportLatestOffset(self) -> dict | None:
-        return None if self._latest is None else make_offset(self.opts.stream, self._latest)
+        return None if self._latest is None else self._offset(self._latest)
 
     def prepareForTriggerAvailableNow(self) -> None:
         self._target = _bounds(self.opts).last_seq
@@ -170,7 +175,9 @@ class JetStreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         s, e = offset_seq(start, self.opts.stream), offset_seq(end, self.opts.stream)
         if e <= s:
             return []
-        return _plan_partitions(self.opts, s, e, _bounds(self.opts))
+        # A replayed batch is split as its first attempt was: the count is in the logged offset.
+        return _plan_partitions(self.opts, s, e, _bounds(self.opts),
+                                offset_partitions(end, self.opts.num_partitions))
 
     def read(self, partition: JetStreamPartition) -> Iterator[Any]:
         return _read(self.opts, partition)

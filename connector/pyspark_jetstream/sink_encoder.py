@@ -11,7 +11,7 @@ Header precedence per row (each is validated like the column it stands for):
 * TTL: ``expires_at`` (with ``preserveExpiry``) > ``ttl`` column > a ``Nats-TTL``
   entry in ``headers`` > option ``defaultTtl``. A zero TTL means no header.
 * Msg id: ``msg_id`` column > a ``Nats-Msg-Id`` entry in ``headers`` > the
-  deterministic id (option ``idempotent``).
+  deterministic id (option ``idempotent``), see :class:`MsgIds`.
 """
 
 from __future__ import annotations
@@ -47,6 +47,8 @@ class InputLayout:
     ttl: str | None = None
     expires_at: str | None = None
     msg_id: str | None = None
+    source_stream: str | None = None  # the source's ``stream`` and ``seq`` columns, when both are there
+    source_seq: str | None = None
 
     @property
     def can_carry_ttl(self) -> bool:
@@ -117,6 +119,10 @@ def layout_from_schema(schema: Any, *, has_default_subject: bool) -> InputLayout
     msg_id = by_name.get("msg_id")
     if msg_id is not None and not isinstance(msg_id.dataType, StringType):
         raise bad_type("msg_id", "string")
+    # A source position (the connector's own `stream` and `seq`) makes generated ids content-addressed.
+    source_stream, source_seq = by_name.get("stream"), by_name.get("seq")
+    has_position = (source_stream is not None and isinstance(source_stream.dataType, StringType)
+                    and source_seq is not None and isinstance(source_seq.dataType, (LongType, IntegerType)))
 
     return InputLayout(
         subject=subject.name if subject is not None else None,
@@ -127,6 +133,8 @@ def layout_from_schema(schema: Any, *, has_default_subject: bool) -> InputLayout
         ttl=ttl.name if ttl is not None else None,
         expires_at=expires_at.name if expires_at is not None else None,
         msg_id=msg_id.name if msg_id is not None else None,
+        source_stream=source_stream.name if has_position else None,
+        source_seq=source_seq.name if has_position else None,
     )
 
 
@@ -138,6 +146,45 @@ class EncoderConfig:
     expected_stream: str | None
     allow_rollup: bool
     max_payload: int
+
+
+class MsgIds:
+    """The deterministic ``Nats-Msg-Id`` of each row of one task (option ``idempotent``).
+
+    ``run`` is ``<queryId>:<batchId>`` for a streaming micro-batch (both survive a
+    restart from the checkpoint) or a driver-made ``w<uuid>`` for a batch write.
+
+    * Rows that carry a source position (this connector's ``stream`` and ``seq``
+      columns, as every stream-to-stream copy does) get ``<run>:<stream>.<seq>``:
+      content-addressed, so a replay gives every row the id it had, however the
+      rows are split into tasks or whichever messages expired in between. When one
+      source message yields several rows in a row (``explode``), the second and
+      later get ``.<k>`` appended (k = 1, 2, ...): they must stay adjacent, as narrow
+      transformations leave them.
+    * Other rows get ``<run>:<partition>:<position>``: stable as long as a replay
+      gives the task the same rows in the same order (Spark's own sources and this
+      connector's source, whose split is recorded with each offset, do).
+
+    The shapes cannot collide: a stream name has no ``.``, a position is digits.
+    """
+
+    def __init__(self, run: str, partition: int) -> None:
+        self.run = run
+        self.partition = partition
+        self._positional = f"{run}:{partition}:"
+        self._last: tuple[str, int] | None = None
+        self._repeat = 0
+
+    def positional(self, position: int) -> str:
+        return f"{self._positional}{position}"
+
+    def content(self, stream: str, seq: int) -> str:
+        key = (stream, seq)
+        if key == self._last:
+            self._repeat += 1
+            return f"{self.run}:{stream}.{seq}.{self._repeat}"
+        self._last, self._repeat = key, 0
+        return f"{self.run}:{stream}.{seq}"
 
 
 @dataclass(frozen=True)
@@ -153,6 +200,7 @@ class RowRejection:
     payload: bytes = b""
     ttl: str | None = None
     status: int | None = None  # a status-only refusal (503 no stream, 403 permissions), no err_code
+    msg_id: str | None = None  # the id the row was (or would have been) published with
 
 
 @dataclass
@@ -186,10 +234,10 @@ def parse_hpub_frame(frame: bytes) -> tuple[str, bytes, bytes]:
 class BatchEncoder:
     """Encodes the rows of one Spark partition, batch after batch."""
 
-    def __init__(self, layout: InputLayout, config: EncoderConfig, msg_id_prefix: str | None) -> None:
+    def __init__(self, layout: InputLayout, config: EncoderConfig, msg_ids: MsgIds | None) -> None:
         self.layout = layout
         self.config = config
-        self.msg_id_prefix = msg_id_prefix
+        self.msg_ids = msg_ids
         self._valid_subjects: dict[str, bool] = {}
         stream = config.expected_stream
         self._tail = f"{hdrs.EXPECTED_STREAM}: {stream}\r\n\r\n" if stream else "\r\n"
@@ -218,12 +266,16 @@ class BatchEncoder:
         ttls = self._column(batch, lay.ttl, n)
         expires = self._column(batch, lay.expires_at, n) if cfg.preserve_expiry else [None] * n
         msg_ids = self._column(batch, lay.msg_id, n)
+        ids = self.msg_ids
+        by_content = ids is not None and lay.source_stream is not None
+        if by_content:
+            src_streams = self._column(batch, lay.source_stream, n)
+            src_seqs = self._column(batch, lay.source_seq, n)
         if cfg.preserve_expiry and now is None:
             now = dt.datetime.now(dt.timezone.utc)
         binary = lay.data_is_binary
         default_subject = cfg.default_subject
         default_ttl = cfg.default_ttl
-        prefix = self.msg_id_prefix
         tail = self._tail
         max_payload = cfg.max_payload
         frames = out.frames
@@ -231,16 +283,22 @@ class BatchEncoder:
 
         for i in range(n):
             pos = first_position + i
+            generated = None
+            if ids is not None:
+                if by_content and src_streams[i] is not None and src_seqs[i] is not None:
+                    generated = ids.content(src_streams[i], src_seqs[i])
+                else:
+                    generated = ids.positional(pos)
             subject = subjects[i] or default_subject
             data = datas[i]
             payload = b"" if data is None else (data if binary else data.encode())
             if subject is None:
                 reject(RowRejection(pos, None, "the row has no subject and the option 'subject' is not set",
-                                    "subject", None, payload=payload))
+                                    "subject", None, payload=payload, msg_id=generated))
                 continue
             if not self._subject_ok(subject):
                 reject(RowRejection(pos, subject, "not a valid publish subject (empty, whitespace, wildcard "
-                                    "or empty token)", "subject", shown(subject), payload=payload))
+                                    "or empty token)", "subject", shown(subject), payload=payload, msg_id=generated))
                 continue
 
             user_pairs: list[tuple[str, str]] = []
@@ -250,7 +308,8 @@ class BatchEncoder:
                 try:
                     header_ttl, header_msg_id = self._user_headers(row_headers, user_pairs)
                 except (hdrs.InvalidHeader, InvalidTtl) as exc:
-                    reject(RowRejection(pos, subject, str(exc), "headers", shown(row_headers), payload=payload))
+                    reject(RowRejection(pos, subject, str(exc), "headers", shown(row_headers), payload=payload,
+                                        msg_id=generated))
                     continue
 
             # TTL, by precedence (module docstring).
@@ -278,14 +337,15 @@ class BatchEncoder:
                     except InvalidTtl as exc:
                         reject(RowRejection(pos, subject, f"{exc.reason}. Allowed: whole seconds, a Go duration "
                                             "of at least 1s ('90s', '1h30m'), 'never', or 0 for none",
-                                            ttl_column, shown(ttl_value), payload=payload))
+                                            ttl_column, shown(ttl_value), payload=payload, msg_id=generated))
                         continue
 
             msg_id = msg_ids[i] or header_msg_id
-            if msg_id is None and prefix is not None:
-                msg_id = prefix + str(pos)
-            elif msg_id is not None and ("\r" in msg_id or "\n" in msg_id):
-                reject(RowRejection(pos, subject, "msg_id contains CR or LF", "msg_id", shown(msg_id), payload=payload))
+            if msg_id is None:
+                msg_id = generated
+            elif "\r" in msg_id or "\n" in msg_id:
+                reject(RowRejection(pos, subject, "msg_id contains CR or LF", "msg_id", shown(msg_id), payload=payload,
+                                    msg_id=generated))
                 continue
 
             head = "NATS/1.0\r\n"
@@ -301,7 +361,7 @@ class BatchEncoder:
             if total > max_payload:
                 reject(RowRejection(pos, subject, f"the message is {total} bytes (headers and data), more than the "
                                     f"server's max_payload of {max_payload}", "data", f"<{len(payload)} bytes>",
-                                    payload=payload))
+                                    payload=payload, msg_id=msg_id))
                 continue
             frames.append((pos, b"".join((
                 f"HPUB {subject} {reply_prefix}{pos} {hlen} {total}\r\n".encode(), block, payload, b"\r\n"))))

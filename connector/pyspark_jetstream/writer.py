@@ -6,12 +6,11 @@ to the executors. A task turns its Arrow batches into frames (sink_encoder),
 publishes them through a :class:`~pyspark_jetstream.publisher.Publisher` and
 returns a :class:`SinkCommitMessage` with its counts, which the driver logs.
 
-Exactly-once: each row without its own ``msg_id`` gets ``Nats-Msg-Id =
-<run>:<partition>:<position>``, where ``<run>`` is ``<queryId>:<batchId>`` for
-a streaming micro-batch (the query id survives restarts from a checkpoint) and
-a driver-made id for a batch write. A retried task or a replayed micro-batch
-therefore publishes the same ids, and the server drops the copies that arrive
-within the stream's duplicate window.
+Exactly-once: each row without its own ``msg_id`` gets a deterministic
+``Nats-Msg-Id`` (:class:`~pyspark_jetstream.sink_encoder.MsgIds`): derived from
+the row's source position when it carries one, else from its task and position.
+A retried task or a replayed micro-batch therefore publishes the same ids, and
+the server drops the copies that arrive within the stream's duplicate window.
 """
 
 from __future__ import annotations
@@ -31,7 +30,7 @@ from . import runtime
 from .errors import PublishError
 from .logs import get_logger
 from .options import SinkOptions
-from .sink_encoder import EncoderConfig, InputLayout, RowRejection, hpub_frame
+from .sink_encoder import EncoderConfig, InputLayout, MsgIds, RowRejection, hpub_frame
 
 log = get_logger("sink")
 
@@ -67,16 +66,19 @@ def _escape(value: Any) -> str:
 
 
 def dead_letter_frame(rejection: RowRejection, dlq_subject: str, reply: str, partition: int,
-                      msg_id_prefix: str | None, original_headers: bytes = b"") -> bytes:
-    """A dead-letter message: the row's data, its valid headers, and headers naming the error."""
+                      idempotent: bool, original_headers: bytes = b"") -> bytes:
+    """A dead-letter message: the row's data, its valid headers, and headers naming the error.
+
+    Its ``Nats-Msg-Id`` is the row's own id with ``:dlq`` appended, so a replay
+    dead-letters a row once."""
     pairs: list[tuple[str, str]] = []
     if original_headers:
         _, parsed = hdrs.parse_block(original_headers)
         for name, values in parsed.items():
             if name.lower() not in _DLQ_DROPPED:
                 pairs.extend((name, v) for v in values)
-    if msg_id_prefix is not None:
-        pairs.append((hdrs.MSG_ID, f"{msg_id_prefix}dlq.{rejection.position}"))
+    if idempotent and rejection.msg_id is not None:
+        pairs.append((hdrs.MSG_ID, f"{rejection.msg_id}:dlq"))
     pairs += [
         (DLQ_ERROR, _escape(rejection.reason)),
         (DLQ_ERR_CODE, str(rejection.err_code) if rejection.err_code is not None
@@ -89,8 +91,8 @@ def dead_letter_frame(rejection: RowRejection, dlq_subject: str, reply: str, par
     return hpub_frame(dlq_subject, reply, hdrs.encode_block(pairs), rejection.payload)
 
 
-def _task_identity(plan: SinkPlan) -> tuple[int, str | None]:
-    """(partition id, msg-id prefix) for the running task."""
+def _task_identity(plan: SinkPlan) -> tuple[int, MsgIds | None]:
+    """(partition id, msg-id generator) for the running task."""
     from pyspark import TaskContext
 
     ctx = TaskContext.get()
@@ -102,7 +104,7 @@ def _task_identity(plan: SinkPlan) -> tuple[int, str | None]:
         query_id = ctx.getLocalProperty("sql.streaming.queryId") if ctx is not None else None
         batch_id = ctx.getLocalProperty("streaming.sql.batchId") if ctx is not None else None
         run_id = f"{query_id}:{batch_id}"
-    return partition, f"{run_id}:{partition}:"
+    return partition, MsgIds(run_id, partition)
 
 
 def write_partition(plan: SinkPlan, batches: Iterable[Any]) -> SinkCommitMessage:
@@ -110,8 +112,8 @@ def write_partition(plan: SinkPlan, batches: Iterable[Any]) -> SinkCommitMessage
     from .sink_encoder import BatchEncoder, parse_hpub_frame
 
     opts = plan.options
-    partition, msg_id_prefix = _task_identity(plan)
-    encoder = BatchEncoder(plan.layout, plan.encoder, msg_id_prefix)
+    partition, msg_ids = _task_identity(plan)
+    encoder = BatchEncoder(plan.layout, plan.encoder, msg_ids)
 
     async def open_publisher() -> Publisher:
         nc = await runtime.connection(opts.connection)
@@ -133,7 +135,7 @@ def write_partition(plan: SinkPlan, batches: Iterable[Any]) -> SinkCommitMessage
                                reason=first.reason, err_code=first.err_code, value=first.value, column=first.column)
         frames = [
             (r.position, dead_letter_frame(r, opts.dead_letter_subject, f"{pub.reply_prefix}d{r.position}",
-                                           partition, msg_id_prefix, (originals or {}).get(r.position, b"")))
+                                           partition, msg_ids is not None, (originals or {}).get(r.position, b"")))
             for r in rejections
         ]
         runtime.run(pub.publish(frames, dead_letter=True))
@@ -157,7 +159,8 @@ def write_partition(plan: SinkPlan, batches: Iterable[Any]) -> SinkCommitMessage
                 reason += f" (status {f.code})"
             rejections.append(RowRejection(f.position, subject, reason, err_code=f.err_code,
                                            status=None if f.err_code is not None else f.code,
-                                           payload=payload, ttl=ttl, value=ttl))
+                                           payload=payload, ttl=ttl, value=ttl,
+                                           msg_id=(parsed.get(hdrs.MSG_ID) or [None])[0]))
             originals[f.position] = block
         divert(rejections, originals)
 

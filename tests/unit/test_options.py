@@ -157,7 +157,7 @@ _PASSWORD_CHARS = st.one_of(st.sampled_from(list("/@:%, é€")),
 @settings(max_examples=400, deadline=None)
 @given(
     password=st.text(_PASSWORD_CHARS, min_size=6, max_size=20),
-    user=st.text(st.characters(whitelist_categories=("Ll", "Lu", "Nd")), min_size=1, max_size=8),
+    user=st.text(st.characters(whitelist_categories=("Ll", "Lu")), min_size=1, max_size=8),
     scheme=st.sampled_from(["", "nats://", "tls://", "ws://", "NATS://"]),
     host=st.sampled_from(["h", "h2:4222", "10.0.0.1:4222", "[::1]:4222"]),
     position=st.sampled_from(["alone", "first", "last", "middle"]),
@@ -165,13 +165,16 @@ _PASSWORD_CHARS = st.one_of(st.sampled_from(list("/@:%, é€")),
 )
 def test_no_url_password_ever_reaches_an_error(password, user, scheme, host, position, option):
     url = f"{scheme}{user}:{password}@{host}"
-    value = {"alone": url, "first": f"{url},nats://b:4222", "last": f"nats://a:4222,{url}",
-             "middle": f"nats://a:1,{url},nats://c:3"}[position]
+    value = {"alone": url, "first": f"{url},nats://10.0.0.2:4222", "last": f"nats://10.0.0.3:4222,{url}",
+             "middle": f"nats://10.0.0.4:1,{url},nats://10.0.0.5:3"}[position]
     try:
         parse_sink_options({option: value})
     except OptionError as exc:
-        shown = " ".join([str(exc), repr(exc), repr(exc.value)])
-        assert password not in shown and f"{user}:" not in shown
+        # The value, as shown, is the only part of the error that comes from the input ...
+        assert str(exc) == f"Invalid value for option '{exc.option}': {exc.value!r}. {exc.expected}"
+        assert repr(exc) == f"OptionError({str(exc)!r})"
+        # ... and it holds no piece of the user info.
+        assert password not in repr(exc.value) and "***@" in repr(exc.value)
     else:
         # Some odd strings are valid stream names or subjects; then nothing is printed at all.
         assert option in ("stream", "deadLetterSubject")

@@ -10,6 +10,7 @@ from pyspark_jetstream.planning import (
     initial_seq,
     lost_range,
     make_offset,
+    offset_partitions,
     offset_seq,
     split_range,
 )
@@ -78,3 +79,11 @@ def test_offsets_are_tied_to_their_stream():
     assert offset_seq(make_offset("S", 5), "S") == 5
     with pytest.raises(JetStreamConnectorError, match="new checkpointLocation"):
         offset_seq(make_offset("OTHER", 5), "S")
+
+
+def test_the_split_is_recorded_with_the_offset_and_read_back():
+    offset = make_offset("S", 50, 3)
+    assert offset == {"stream": "S", "seq": 50, "partitions": 3}
+    assert offset_partitions(offset, default=8) == 3  # a replay splits as the first attempt did
+    assert offset_partitions(make_offset("S", 50), default=8) == 8  # an offset from before the count was recorded
+    assert offset_partitions({"stream": "S", "seq": 1, "partitions": 0}, default=2) == 2

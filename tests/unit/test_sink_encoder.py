@@ -23,6 +23,7 @@ from pyspark_jetstream.sink_encoder import (
     BatchEncoder,
     EncoderConfig,
     InputLayout,
+    MsgIds,
     layout_from_schema,
     parse_hpub_frame,
 )
@@ -72,14 +73,14 @@ def test_layout_rejects(fields, match):
         layout_from_schema(schema(*fields), has_default_subject=False)
 
 
-def encode(rows, layout, cfg=None, prefix=None, names=None, types=None, now=None):
+def encode(rows, layout, cfg=None, ids=None, names=None, types=None, now=None):
     batch = pa.RecordBatch.from_pylist(rows, schema=pa.schema(types)) if types else pa.RecordBatch.from_pylist(rows)
-    return BatchEncoder(layout, cfg or config(), prefix).encode(batch, 100, "_INBOX.x.", now=now)
+    return BatchEncoder(layout, cfg or config(), ids).encode(batch, 100, "_INBOX.x.", now=now)
 
 
 def test_basic_frames_carry_reply_position_ttl_and_msg_id():
     out = encode([{"subject": "a.b", "data": b"x", "ttl": "1h"}, {"subject": "a.c", "data": None, "ttl": None}],
-                 InputLayout(subject="subject", ttl="ttl"), config(default_ttl="30", expected_stream="S"), prefix="q:1:0:")
+                 InputLayout(subject="subject", ttl="ttl"), config(default_ttl="30", expected_stream="S"), ids=MsgIds("q:1", 0))
     assert [p for p, _ in out.frames] == [100, 101]
     first = out.frames[0][1]
     assert first.startswith(b"HPUB a.b _INBOX.x.100 ")
@@ -98,7 +99,7 @@ def test_zero_ttl_sends_no_header_and_does_not_fall_back_to_default():
 def test_headers_map_single_and_multi_valued_with_ttl_and_msgid_entries():
     rows = [{"subject": "a", "data": b"1", "headers": [("X-A", ["1", "2"]), ("nats-ttl", ["5s"]), ("Nats-Msg-Id", ["mine"])]}]
     types = [("subject", pa.string()), ("data", pa.binary()), ("headers", pa.map_(pa.string(), pa.list_(pa.string())))]
-    out = encode(rows, InputLayout(subject="subject", headers="headers", headers_multi=True), prefix="p:", types=types)
+    out = encode(rows, InputLayout(subject="subject", headers="headers", headers_multi=True), ids=MsgIds("p", 0), types=types)
     headers = decode(out.frames[0][1])[1]
     assert headers == {"Nats-Msg-Id": ["mine"], "Nats-TTL": ["5s"], "X-A": ["1", "2"]}
 
@@ -181,5 +182,46 @@ def test_oversized_message_is_rejected_not_sent():
 
 
 def test_no_msg_id_when_not_idempotent():
-    out = encode([{"subject": "a", "data": b""}], InputLayout(subject="subject"), prefix=None)
+    out = encode([{"subject": "a", "data": b""}], InputLayout(subject="subject"), ids=None)
     assert "Nats-Msg-Id" not in decode(out.frames[0][1])[1]
+
+
+SOURCE_TYPES = [("subject", pa.string()), ("data", pa.binary()), ("stream", pa.string()), ("seq", pa.int64())]
+SOURCE_LAYOUT = InputLayout(subject="subject", source_stream="stream", source_seq="seq")
+
+
+def _ids(out):
+    return [decode(frame)[1]["Nats-Msg-Id"][0] for _, frame in out.frames]
+
+
+def test_rows_with_a_source_position_get_content_addressed_ids():
+    rows = [{"subject": "a", "data": b"x", "stream": "SRC", "seq": s} for s in (7, 8, 8, 8, 9)]
+    out = encode(rows, SOURCE_LAYOUT, ids=MsgIds("q:3", 0), types=SOURCE_TYPES)
+    assert _ids(out) == ["q:3:SRC.7", "q:3:SRC.8", "q:3:SRC.8.1", "q:3:SRC.8.2", "q:3:SRC.9"]
+
+
+def test_content_ids_do_not_depend_on_the_split_or_on_missing_rows():
+    """What a replay may change: the task a row lands in, its position, rows that expired meanwhile."""
+    rows = [{"subject": "a", "data": str(s).encode(), "stream": "SRC", "seq": s} for s in range(1, 21)]
+    whole = dict(zip(range(1, 21), _ids(encode(rows, SOURCE_LAYOUT, ids=MsgIds("q:3", 0), types=SOURCE_TYPES)), strict=True))
+    replay = {}
+    for part, chunk in enumerate([rows[1:7], rows[7:13], rows[13:]]):  # seq 1 expired; three tasks, not one
+        out = encode(chunk, SOURCE_LAYOUT, ids=MsgIds("q:3", part), types=SOURCE_TYPES)
+        replay.update(zip([r["seq"] for r in chunk], _ids(out), strict=True))
+    assert replay == {seq: whole[seq] for seq in range(2, 21)}
+    assert len(set(whole.values())) == 20
+
+
+def test_rows_without_a_full_source_position_get_positional_ids():
+    rows = [{"subject": "a", "data": b"x", "stream": None, "seq": 5}, {"subject": "a", "data": b"x", "stream": "S",
+                                                                       "seq": 6}]
+    assert _ids(encode(rows, SOURCE_LAYOUT, ids=MsgIds("w1", 4), types=SOURCE_TYPES)) == ["w1:4:100", "w1:S.6"]
+
+
+def test_layout_takes_the_source_position_only_with_the_right_types():
+    base = [("data", BinaryType()), ("subject", StringType())]
+    lay = layout_from_schema(schema(*base, ("stream", StringType()), ("seq", LongType())), has_default_subject=False)
+    assert (lay.source_stream, lay.source_seq) == ("stream", "seq")
+    for extra in ([("stream", StringType())], [("seq", LongType())], [("stream", StringType()), ("seq", StringType())]):
+        lay = layout_from_schema(schema(*base, *extra), has_default_subject=False)
+        assert lay.source_stream is None and lay.source_seq is None
