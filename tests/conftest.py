@@ -54,6 +54,8 @@ def spark():
         .config("spark.default.parallelism", "2")
         .config("spark.python.worker.reuse", "true")
         .config("spark.sql.streaming.forceDeleteTempCheckpointLocation", "true")
+        # Python workers' log records become queryable (helpers.worker_log).
+        .config("spark.sql.pyspark.worker.logging.enabled", "true")
         .getOrCreate()
     )
     session.sparkContext.setLogLevel("ERROR")

@@ -155,10 +155,13 @@ def gate_at_first_batch(reached: str, release: str, timeout: float = 120.0):
         import os as _os
         import time as _time
 
+        from pyspark import TaskContext
+
         first = True
         for batch in batches:
             if first:
                 open(reached, "w").close()
+                open(f"{reached}-{TaskContext.get().partitionId()}", "w").close()
                 deadline = _time.monotonic() + timeout
                 while not _os.path.exists(release) and _time.monotonic() < deadline:
                     _time.sleep(0.05)
@@ -172,14 +175,15 @@ class HeldRead:
     """A batch read of stream sequences on a background thread, held at its first
     Arrow batch (a partition mid-read) until the test has injected its fault."""
 
-    def __init__(self, df: Any, workdir: Any) -> None:
+    def __init__(self, df: Any, workdir: Any, tasks: int = 1) -> None:
+        """Hold until ``tasks`` partitions (0 .. tasks-1) have reached their first batch."""
         self._reached, self._release = str(workdir / "held-reached"), str(workdir / "held-release")
         gated = df.mapInArrow(gate_at_first_batch(self._reached, self._release), df.schema).select("seq")
         self._outcome: dict[str, Any] = {}
         self._thread = threading.Thread(target=self._collect, args=(gated,), daemon=True)
         self._thread.start()
-        wait_until(lambda: os.path.exists(self._reached) or not self._thread.is_alive(), timeout=120,
-                   what="the read reached its first batch")
+        wait_until(lambda: all(os.path.exists(f"{self._reached}-{t}") for t in range(tasks))
+                   or not self._thread.is_alive(), timeout=120, what=f"{tasks} partition(s) reached their first batch")
         assert self._thread.is_alive(), self._outcome.get("error")
 
     def _collect(self, gated: Any) -> None:
@@ -326,3 +330,10 @@ def spark_submit_command(master: str, executor_python: str | None = None) -> lis
     return [submit, "--master", master, "--properties-file", str(root / "spark-conf" / "spark-defaults.conf"),
             "--conf", f"spark.pyspark.python={executor_python or sys.executable}",
             "--conf", f"spark.pyspark.driver.python={sys.executable}"]
+
+
+def worker_log(spark: Any, logger: str) -> list[str]:
+    """Messages Spark's Python workers logged to ``logger`` (the session captures them:
+    ``spark.sql.pyspark.worker.logging.enabled``, set by the session fixture)."""
+    rows = spark.tvf.python_worker_logs().where(f"logger = '{logger}'").select("msg").collect()
+    return [row.msg for row in rows]

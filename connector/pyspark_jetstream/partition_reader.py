@@ -29,7 +29,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from . import runtime
-from .errors import PartitionReadError
+from .errors import DataLossError, PartitionReadError
 from .jsapi import is_transient, request, retry_delays
 from .logs import get_logger
 from .metadata import fast_fields
@@ -129,10 +129,38 @@ class PartitionReader:
         self.last_dseq = 0
         self.engine.reset_pending()
         self.pull_subject = f"$JS.API.CONSUMER.MSG.NEXT.{self.stream}.{name}"
+        if self._lost_below_first_seq(start_seq, reply):
+            return
         if reply.get("num_pending", 0) == 0:
             self._finish()  # nothing matches from here on (the range's tail was deleted or filtered)
         else:
             self._maybe_pull()
+
+    def _lost_below_first_seq(self, start_seq: int, reply: dict[str, Any]) -> bool:
+        """Apply ``failOnDataLoss`` when the server moved the new consumer past ``start_seq``.
+
+        A consumer asked to start below the stream's first sequence starts at the
+        first sequence without a word (``delivered.stream_seq`` is one below where it
+        starts), so limits, MaxAge or a purge that removed the head of the range
+        after planning would be skipped silently. Filtered-out sequences never move
+        the start, so they are not reported. True when the partition ended here.
+        """
+        moved_to = int((reply.get("delivered") or {}).get("stream_seq", start_seq - 1)) + 1
+        if moved_to <= start_seq:
+            return False
+        lost_last = min(moved_to - 1, self.last)
+        error = DataLossError(self.stream, start_seq, lost_last, moved_to)
+        if self.opts.fail_on_data_loss:
+            self._fail(error)
+            return True
+        log.warning("%s Going on from sequence %d (failOnDataLoss=false).", error, lost_last + 1)
+        if self.engine.range_left is not None:
+            self.engine.range_left = max(self.engine.range_left - (lost_last - self.last_sseq), 0)
+        self.last_sseq = lost_last
+        if lost_last >= self.last:
+            self._finish()
+            return True
+        return False
 
     def _delete_consumer(self, name: str | None) -> None:
         if name is None or self.nc is None or self.nc.is_closed:

@@ -8,7 +8,7 @@ import os
 import pytest
 from pyspark.sql import functions as F
 
-from ..helpers import HeldRead, fill_stream, wait_until, write_json_inputs
+from ..helpers import HeldRead, fill_stream, wait_until, worker_log, write_json_inputs
 
 
 def test_crash_between_write_and_commit_is_deduplicated(spark, nats_server, nats_client, stream_name, tmp_path):
@@ -70,6 +70,30 @@ def test_consumer_lost_mid_read_is_recreated(spark, nats_server, nats_client, st
                timeout=30, what="the partition's consumer gone from the server")
     read.let_go()
     assert read.seqs() == list(range(1, 100_001))
+
+
+@pytest.mark.parametrize("fail", [True, False], ids=["failOnDataLoss", "warn"])
+def test_head_of_a_range_purged_before_its_partition_starts(spark, nats_server, nats_client, stream_name, tmp_path,
+                                                            fail):
+    """Planned 1..300 in three partitions; with two cores the third waits while the first two are
+    held. The stream's head is then purged up to 249, so the third partition's consumer, asked to
+    start at 201, is moved to 250 by the server without a word: the partition must notice."""
+    nats_client.add_stream(stream_name, [f"{stream_name}.>"])
+    asyncio.run(fill_stream(nats_server.url, f"{stream_name}.x", 300))
+    df = (spark.read.format("jetstream").option("servers", nats_server.url).option("stream", stream_name)
+          .option("numPartitions", "3").option("failOnDataLoss", str(fail).lower()).load())
+    read = HeldRead(df, tmp_path, tasks=2)
+    assert nats_client.api(f"STREAM.PURGE.{stream_name}", {"seq": 250})["purged"] == 249
+    read.let_go()
+    if fail:
+        error = str(read.error())
+        assert "DataLossError" in error and f"stream '{stream_name}': sequences 201..249" in error
+        assert "failOnDataLoss" in error
+    else:
+        assert read.seqs() == list(range(1, 201)) + list(range(250, 301))
+        logged = worker_log(spark, "pyspark_jetstream.source")
+        assert any(f"stream '{stream_name}': sequences 201..249 were removed" in m
+                   and "Going on from sequence 250 (failOnDataLoss=false)" in m for m in logged), logged
 
 
 @pytest.mark.parametrize(
