@@ -352,6 +352,12 @@ class PartitionReader:
     def on_disconnected(self) -> None:
         self.engine.on_disconnect()
 
+    def on_closed(self, cause: str) -> None:
+        self._fail(PartitionReadError(
+            f"Reading stream '{self.stream}' sequences {self.first}..{self.last} failed after sequence "
+            f"{self.last_sseq}: the NATS connection was closed ({cause})."
+        ))
+
     def on_reconnected(self) -> None:
         self.engine.on_reconnect(time.monotonic())
         self.last_progress = time.monotonic()

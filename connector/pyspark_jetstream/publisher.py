@@ -88,6 +88,7 @@ class Publisher:
         self.dead_lettered = 0
         self._sub = None
         self.reply_prefix = ""
+        self._closed: str | None = None  # why the connection closed for good, once it has
 
     async def start(self) -> Publisher:
         from .wire import events_of
@@ -168,6 +169,18 @@ class Publisher:
         if self._idempotent and self._inflight:
             asyncio.ensure_future(self._resend(list(self._inflight)))
 
+    def on_closed(self, cause: str) -> None:
+        """The connection is gone for good: no PubAck can arrive; wake every waiter now."""
+        self._closed = cause
+        self._room.set()
+        self._done.set()
+
+    def _closed_error(self) -> JetStreamConnectorError:
+        return JetStreamConnectorError(
+            f"The NATS connection was closed while {len(self._inflight)} publishes awaited their PubAck: "
+            f"{self._closed}. The task fails so that Spark retries it on a new connection."
+        )
+
     def on_permission_error(self, text: str) -> None:
         """The server refused a publish (async -ERR, no PubAck will come): fail the frames it names."""
         lowered = text.lower()
@@ -189,7 +202,9 @@ class Publisher:
         self.failures.append(AckFailure(position, frame, code, err_code, description, dead_letter))
 
     async def _wait(self, event: asyncio.Event, what: str) -> None:
-        while not event.is_set():
+        while not event.is_set() or self._closed is not None:
+            if self._closed is not None:
+                raise self._closed_error()
             try:
                 await asyncio.wait_for(event.wait(), timeout=1.0)
             except asyncio.TimeoutError:
@@ -209,8 +224,9 @@ class Publisher:
 
     async def publish(self, frames: list[tuple[int, bytes]], *, dead_letter: bool = False) -> None:
         """Hand ``frames`` to the connection, never exceeding the window of pending acks."""
-        if self._nc.is_closed:
-            raise JetStreamConnectorError("The NATS connection was closed while publishing.")
+        if self._nc.is_closed or self._closed is not None:
+            self._closed = self._closed or "the connection was closed"
+            raise self._closed_error()
         tag = DEAD_LETTER_TAG if dead_letter else ""
         inflight = self._inflight
         i, total = 0, len(frames)

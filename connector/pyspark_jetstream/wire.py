@@ -77,6 +77,7 @@ class ConnectionEvents:
     def __init__(self) -> None:
         self.listeners: set[Any] = set()
         self.permission_errors: list[str] = []
+        self.client: Any = None  # the connection, once it is up (for the cause of a close)
 
     def on_error(self, exc: BaseException) -> None:
         text = str(exc)
@@ -106,8 +107,23 @@ class ConnectionEvents:
             if hasattr(listener, "on_reconnected"):
                 listener.on_reconnected()
 
+    def close_cause(self) -> str:
+        """Why the connection closed for good, as nats-py recorded it (a server -ERR, say)."""
+        error = getattr(self.client, "last_error", None)
+        if error is None:
+            return "the connection was closed"
+        return str(error).removeprefix("nats: ") or type(error).__name__
+
+    async def closed(self) -> None:
+        """nats-py gave the connection up (a server -ERR such as 'Maximum Payload Violation',
+        or close()): nothing waiting on it can complete, so every listener fails at once."""
+        cause = self.close_cause()
+        for listener in list(self.listeners):
+            if hasattr(listener, "on_closed"):
+                listener.on_closed(cause)
+
     def callbacks(self) -> dict[str, Callable[[], Awaitable[None]]]:
-        return {"disconnected_cb": self.disconnected, "reconnected_cb": self.reconnected}
+        return {"disconnected_cb": self.disconnected, "reconnected_cb": self.reconnected, "closed_cb": self.closed}
 
 
 def events_of(nc: Any) -> ConnectionEvents:

@@ -39,7 +39,14 @@ DLQ_ERR_CODE = "Spark-JetStream-Err-Code"
 DLQ_SUBJECT = "Spark-JetStream-Original-Subject"
 DLQ_ROW = "Spark-JetStream-Row"
 DLQ_TTL = "Spark-JetStream-Original-TTL"
-"""Headers of a dead-lettered row: why it was rejected and where it was going."""
+DLQ_TRUNCATED = "Spark-JetStream-Truncated"
+DLQ_ORIGINAL_SIZE = "Spark-JetStream-Original-Size"
+"""Headers of a dead-lettered row: why it was rejected and where it was going, and,
+when the row did not fit the server's max_payload beside them, that its payload
+was cut and how long it was."""
+
+_DLQ_VALUE_MAX = 1024
+"""Longest value of a dead-letter header the connector writes (a subject can be long)."""
 
 _DLQ_DROPPED = {hdrs.TTL.lower(), hdrs.MSG_ID.lower(), hdrs.EXPECTED_STREAM.lower()}
 
@@ -62,24 +69,30 @@ class SinkCommitMessage(WriterCommitMessage):
 
 
 def _escape(value: Any) -> str:
-    return str(value).replace("\r", "\\r").replace("\n", "\\n")
+    text = str(value).replace("\r", "\\r").replace("\n", "\\n")
+    return text if len(text) <= _DLQ_VALUE_MAX else text[:_DLQ_VALUE_MAX] + "..."
 
 
 def dead_letter_frame(rejection: RowRejection, dlq_subject: str, reply: str, partition: int,
-                      idempotent: bool, original_headers: bytes = b"") -> bytes:
+                      idempotent: bool, max_payload: int, original_headers: bytes = b"") -> bytes:
     """A dead-letter message: the row's data, its valid headers, and headers naming the error.
 
     Its ``Nats-Msg-Id`` is the row's own id with ``:dlq`` appended, so a replay
-    dead-letters a row once."""
-    pairs: list[tuple[str, str]] = []
+    dead-letters a row once. It never exceeds ``max_payload`` (a larger frame makes
+    nats-server close the connection): when it would, the row's own headers are
+    left out first, then the payload is cut, and ``Spark-JetStream-Truncated`` /
+    ``Spark-JetStream-Original-Size`` say so.
+    """
+    own: list[tuple[str, str]] = []
     if original_headers:
         _, parsed = hdrs.parse_block(original_headers)
         for name, values in parsed.items():
             if name.lower() not in _DLQ_DROPPED:
-                pairs.extend((name, v) for v in values)
+                own.extend((name, v) for v in values)
+    ours: list[tuple[str, str]] = []
     if idempotent and rejection.msg_id is not None:
-        pairs.append((hdrs.MSG_ID, f"{rejection.msg_id}:dlq"))
-    pairs += [
+        ours.append((hdrs.MSG_ID, _escape(f"{rejection.msg_id}:dlq")))
+    ours += [
         (DLQ_ERROR, _escape(rejection.reason)),
         (DLQ_ERR_CODE, str(rejection.err_code) if rejection.err_code is not None
          else f"status {rejection.status}" if rejection.status is not None else "client"),
@@ -87,8 +100,23 @@ def dead_letter_frame(rejection: RowRejection, dlq_subject: str, reply: str, par
         (DLQ_ROW, f"{partition}:{rejection.position}"),
     ]
     if rejection.ttl is not None:
-        pairs.append((DLQ_TTL, _escape(rejection.ttl)))
-    return hpub_frame(dlq_subject, reply, hdrs.encode_block(pairs), rejection.payload)
+        ours.append((DLQ_TTL, _escape(rejection.ttl)))
+    payload = rejection.payload
+    block = hdrs.encode_block(own + ours)
+    if len(block) + len(payload) > max_payload:
+        cut = ours + [(DLQ_TRUNCATED, "true"), (DLQ_ORIGINAL_SIZE, str(len(payload)))]
+        block = hdrs.encode_block(own + cut)
+        if len(block) > max_payload // 2:  # the row's own headers are what is too large
+            block = hdrs.encode_block(cut)
+        if len(block) > max_payload:  # a tiny max_payload: keep only what locates the row
+            block = hdrs.encode_block([p for p in cut if p[0] in (DLQ_ERR_CODE, DLQ_ROW, DLQ_TRUNCATED,
+                                                                  DLQ_ORIGINAL_SIZE)])
+        if len(block) > max_payload:
+            raise PublishError(subject=rejection.subject, position=rejection.position, partition=partition,
+                               reason=f"{rejection.reason}; its dead letter cannot fit the server's max_payload of "
+                               f"{max_payload} bytes", err_code=rejection.err_code)
+        payload = payload[:max_payload - len(block)]
+    return hpub_frame(dlq_subject, reply, block, payload)
 
 
 def _task_identity(plan: SinkPlan) -> tuple[int, MsgIds | None]:
@@ -135,7 +163,8 @@ def write_partition(plan: SinkPlan, batches: Iterable[Any]) -> SinkCommitMessage
                                reason=first.reason, err_code=first.err_code, value=first.value, column=first.column)
         frames = [
             (r.position, dead_letter_frame(r, opts.dead_letter_subject, f"{pub.reply_prefix}d{r.position}",
-                                           partition, msg_ids is not None, (originals or {}).get(r.position, b"")))
+                                           partition, msg_ids is not None, plan.encoder.max_payload,
+                                           (originals or {}).get(r.position, b"")))
             for r in rejections
         ]
         runtime.run(pub.publish(frames, dead_letter=True))

@@ -240,6 +240,30 @@ def test_dead_letter_subject_catches_rejected_rows(spark, nats_server, nats_clie
     assert "Nats-TTL" not in dead[b"badttl"]
 
 
+@pytest.mark.parametrize("cause", ["client-side", "server-side"])
+def test_dead_letters_never_exceed_max_payload(spark, nats_server, nats_client, stream_name, cause):
+    """A row just over max_payload (refused before sending) or one the server refuses within a few
+    bytes of it: its dead letter, with the error headers, would not fit. It is cut to fit and says
+    so; the rows around it are stored, and the connection (shared by the task) stays up."""
+    max_payload = nats_client.nc.max_payload
+    nats_client.add_stream(stream_name, [f"{stream_name}.>"])
+    nats_client.add_stream(stream_name + "B", [f"{stream_name}B.>"])
+    nats_client.add_stream(stream_name + "DLQ", [f"{stream_name}dlq"])
+    if cause == "client-side":
+        big, subject = b"B" * (max_payload + 1), f"{stream_name}.a"
+    else:  # fits, but lands in the wrong stream: the server refuses it (10060)
+        big, subject = b"B" * (max_payload - 200), f"{stream_name}B.a"
+    rows = [(f"{stream_name}.a", b"good1"), (subject, big), (f"{stream_name}.a", b"good2")]
+    df = spark.createDataFrame(rows, "subject string, data binary").coalesce(1)
+    write(df, nats_server, stream=stream_name, deadLetterSubject=f"{stream_name}dlq")
+    assert nats_client.stream_state(stream_name + "B")["messages"] == 0
+    assert [m.data for m in nats_client.messages(stream_name)] == [b"good1", b"good2"]
+    [dead] = nats_client.messages(stream_name + "DLQ")
+    assert dead.headers["Spark-JetStream-Truncated"] == ["true"]
+    assert dead.headers["Spark-JetStream-Original-Size"] == [str(len(big))]
+    assert dead.headers["Spark-JetStream-Row"] == ["0:1"] and big.startswith(dead.data) and len(dead.data) > 0
+
+
 def test_dead_letter_subject_must_be_stored(spark, nats_server, nats_client, stream_name):
     nats_client.add_stream(stream_name, [f"{stream_name}.>"])
     df = spark.createDataFrame([("a",)], "data string")
