@@ -8,9 +8,10 @@ server's ``err_code``, which nats-py's JetStreamManager does not give uniformly.
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, NamedTuple
 
 from .errors import JetStreamApiError
 
@@ -100,6 +101,27 @@ async def first_seq_at_or_after(nc, stream: str, when) -> int | None:
             return None
         raise
     return int(reply["message"]["seq"])
+
+
+class StoredMessage(NamedTuple):
+    seq: int
+    size: int  # subject + header block + payload, as the server counts a message (without the ack subject)
+
+
+async def next_message(nc, stream: str, seq: int, filters: tuple[str, ...] = ()) -> StoredMessage | None:
+    """The first message at or after ``seq`` matching ``filters`` (all when empty), or None."""
+    found: list[StoredMessage] = []
+    for subject in filters or (">",):
+        try:
+            reply = await request(nc, f"STREAM.MSG.GET.{stream}", {"seq": seq, "next_by_subj": subject})
+        except JetStreamApiError as exc:
+            if exc.err_code == ERR_NO_MESSAGE_FOUND:
+                continue
+            raise
+        m = reply["message"]
+        size = len(m["subject"]) + len(base64.b64decode(m.get("hdrs") or "")) + len(base64.b64decode(m.get("data") or ""))
+        found.append(StoredMessage(int(m["seq"]), size))
+    return min(found) if found else None
 
 
 async def consumer_info(nc, stream: str, consumer: str) -> dict[str, Any] | None:

@@ -30,7 +30,7 @@ from typing import Any
 
 from . import runtime
 from .errors import DataLossError, PartitionReadError
-from .jsapi import is_transient, request, retry_delays
+from .jsapi import is_transient, next_message, request, retry_delays
 from .logs import get_logger
 from .metadata import fast_fields
 from .options import SourceOptions
@@ -89,14 +89,34 @@ class PartitionReader:
         self.nc: Any = None
         self.sub: Any = None
         self.watchdog: asyncio.Task | None = None
+        self.tasks: set[asyncio.Task] = set()
 
     # ---------------------------------------------------------------- lifecycle
+
+    def _track(self, coro: Any) -> asyncio.Task:
+        """Run ``coro`` on the loop, keeping a reference until it ends; an exception fails the partition
+        (nothing started here is fire-and-forget: a failed send must not vanish until a heartbeat)."""
+        task = asyncio.ensure_future(coro)
+        self.tasks.add(task)
+        task.add_done_callback(self._task_done)
+        return task
+
+    def _task_done(self, task: asyncio.Task) -> None:
+        self.tasks.discard(task)
+        if task.cancelled():
+            return
+        exc = task.exception()
+        if exc is not None:
+            self._fail(PartitionReadError(
+                f"Reading stream '{self.stream}' sequences {self.first}..{self.last} failed after sequence "
+                f"{self.last_sseq}: {type(exc).__name__}: {exc}"
+            ))
 
     async def start(self) -> None:
         try:
             self.nc = await runtime.connection(self.opts.connection)
             events_of(self.nc).listeners.add(self)
-            self.watchdog = asyncio.ensure_future(self._watch())
+            self.watchdog = self._track(self._watch())
         except Exception as exc:
             self._fail(exc)
             return
@@ -172,7 +192,7 @@ class PartitionReader:
             except Exception:  # it is ephemeral: the inactive threshold reaps it anyway
                 log.debug("could not delete consumer %s", name)
 
-        asyncio.ensure_future(delete())
+        self._track(delete())
 
     async def close(self) -> None:
         """Release everything; safe to call more than once (also on early generator exit)."""
@@ -197,14 +217,14 @@ class PartitionReader:
         if len(self.builder):
             self.out.put(self.builder.take())
         self.out.put(_DONE)
-        asyncio.ensure_future(self.close())
+        self._track(self.close())
 
     def _fail(self, exc: BaseException) -> None:
         if self.done:
             return
         self.done = True
         self.out.put(exc)
-        asyncio.ensure_future(self.close())
+        self._track(self.close())
 
     # ---------------------------------------------------------------- pulls
 
@@ -217,7 +237,7 @@ class PartitionReader:
         self.engine.on_pull_sent(request_)
         body = request_.to_json()
         frame = f"PUB {self.pull_subject} {self.inbox} {len(body)}\r\n".encode() + body + b"\r\n"
-        asyncio.ensure_future(send_raw(self.nc, frame))
+        self._track(send_raw(self.nc, frame))
 
     def batch_consumed(self) -> None:
         """Called (on the loop) when Spark's thread took a batch: room for more pulls."""
@@ -288,9 +308,29 @@ class PartitionReader:
                     f"the pull request with {code} {description}."
                 ))
             return
+        if verdict.outcome is Outcome.TOO_LARGE:
+            self.resetting = True  # no more pulls or messages; the error follows the lookup below
+            self._track(self._fail_too_large())
+            return
         if verdict.outcome is Outcome.WARN:
             log.warning("stream %s: pull request ended with %s %s", self.stream, code, description)
         self._maybe_pull()
+
+    async def _fail_too_large(self) -> None:
+        """Fail naming the message that no pull within ``consume.maxBytes`` can fetch."""
+        budget = self.opts.consume.max_bytes
+        what = f"the next message after sequence {self.last_sseq}"
+        try:
+            message = await next_message(self.nc, self.stream, self.last_sseq + 1, self.opts.filter_subjects)
+            if message is not None:
+                what = f"the message at sequence {message.seq} is {message.size} bytes (subject, headers and data)"
+        except Exception as exc:  # the lookup only improves the message
+            log.debug("looking up the oversized message failed: %s", exc)
+        self._fail(PartitionReadError(
+            f"Reading stream '{self.stream}' sequences {self.first}..{self.last} cannot go on: {what}, and the "
+            f"server counts its ack subject too; that is more than option 'consume.maxBytes' ({budget} bytes) "
+            "lets one pull request carry. Raise 'consume.maxBytes' above the message size."
+        ))
 
     # ---------------------------------------------------------------- recovery
 
@@ -302,7 +342,7 @@ class PartitionReader:
         self._delete_consumer(old)
         log.warning("stream %s: recreating the partition's consumer from sequence %d: %s",
                     self.stream, self.last_sseq + 1, why)
-        asyncio.ensure_future(self._reset())
+        self._track(self._reset())
 
     async def _reset(self) -> None:
         await self._create_consumer_retrying(self.last_sseq + 1)
@@ -359,9 +399,12 @@ class PartitionReader:
         ))
 
     def on_reconnected(self) -> None:
+        """Recreate the consumer from the last delivered sequence + 1 (nats.go's ordered consumer does):
+        deliveries lost with the old connection may include the range's last message, which a mere
+        re-pull would wait for until ``consume.maxWait``."""
         self.engine.on_reconnect(time.monotonic())
         self.last_progress = time.monotonic()
-        self._maybe_pull()
+        self._schedule_reset("reconnected; deliveries in flight may have been lost")
 
 
 def build_batch(raw: RawBatch) -> Any:

@@ -112,6 +112,7 @@ class Outcome(enum.Enum):
     IGNORE = "ignore"  # not telegraphed: the pull ended normally
     WARN = "warn"  # telegraphed, consume goes on
     TERMINAL = "terminal"  # consume must end (or the consumer be recreated)
+    TOO_LARGE = "too large"  # the next message exceeds a whole max_bytes budget: no pull can ever fetch it
 
 
 @dataclass(frozen=True)
@@ -221,6 +222,11 @@ class PullEngine:
         d = description.strip().lower()
         if (code == 409 and d.startswith(_RESET_409)) or code == 423:
             self.reset_pending()  # nats.go: forces a full re-pull
+        if (outcome is Outcome.IGNORE and code == 409 and d.startswith("message size exceeds maxbytes")
+                and self.config.bytes_mode and pending_bytes is not None and pending_bytes >= self.config.max_bytes):
+            # A request with the whole budget unused ended on the next message: it is larger than
+            # consume.maxBytes, and every later pull would end the same way at once.
+            outcome = Outcome.TOO_LARGE
         return StatusVerdict(outcome, code, description.strip())
 
     # ---------------------------------------------------------------- liveness

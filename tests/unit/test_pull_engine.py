@@ -219,3 +219,16 @@ def test_disconnect_pauses_pulls_and_the_heartbeat_timer():
     e.on_reconnect(now=100.0)
     assert sent(e).batch == 10  # a new pull request refills the whole buffer
     assert not e.heartbeat_missed(101.5)
+
+
+def test_a_message_larger_than_the_whole_byte_budget_is_too_large():
+    engine = PullEngine(ConsumeConfig.build(max_bytes=1000))
+    engine.on_pull_sent(engine.next_pull())
+    # A request with part of its budget used ends on a message that does not fit what is left: normal.
+    assert engine.on_status(409, "Message Size Exceeds MaxBytes", 10, 400).outcome is Outcome.IGNORE
+    # A request with its whole budget left ends at once: the message can never be fetched.
+    assert engine.on_status(409, "Message Size Exceeds MaxBytes", 10, 1000).outcome is Outcome.TOO_LARGE
+    # Not in messages mode (no byte budget), and not without the pending header.
+    messages = PullEngine(ConsumeConfig.build(max_messages=10))
+    assert messages.on_status(409, "Message Size Exceeds MaxBytes", 10, 1000).outcome is Outcome.IGNORE
+    assert engine.on_status(409, "Message Size Exceeds MaxBytes", 10, None).outcome is Outcome.IGNORE
