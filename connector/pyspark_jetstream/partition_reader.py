@@ -129,7 +129,11 @@ class PartitionReader:
             old, self.sub = self.sub, None
             await raw_unsubscribe(self.nc, old)
         self.inbox = self.nc.new_inbox()
-        self.sub = await raw_subscribe(self.nc, self.inbox, self._on_frame)
+        sub = await raw_subscribe(self.nc, self.inbox, self._on_frame)
+        if self.done:  # closed while subscribing: close() did not see this subscription
+            await raw_unsubscribe(self.nc, sub)
+            return
+        self.sub = sub
         name = f"sparkjs_{uuid.uuid4().hex[:20]}"
         config: dict[str, Any] = {
             "name": name,
@@ -145,6 +149,9 @@ class PartitionReader:
             config["filter_subjects"] = list(filters)
         reply = await request(self.nc, f"CONSUMER.CREATE.{self.stream}.{name}",
                               {"stream_name": self.stream, "config": config})
+        if self.done:  # closed while the consumer was being created: close() did not know its name
+            self._delete_consumer(name)
+            return
         self.consumer = name
         self.last_dseq = 0
         self.engine.reset_pending()

@@ -6,9 +6,9 @@ any per-message future. At most ``max_pending`` frames are unacknowledged at
 once (the window); frames go into nats-py's write buffer in chunks, which is
 what makes this about twice as fast as ``js.publish_async`` (issue #2's probe).
 
-This module is the only one that touches nats-py internals (``_send_command``
-and ``_flush_pending``, present throughout nats-py 2.x): the public ``publish``
-cannot send multi-valued headers and costs a coroutine call per message.
+Frames go out through :func:`pyspark_jetstream.wire.send_raw` (nats-py's write
+buffer, no ``Msg`` per frame): the public ``publish`` cannot send multi-valued
+headers and costs a coroutine call per message.
 
 Model: Spark's ``KafkaWriteTask``: bounded in-flight sends, keep the first
 failure, flush and re-check at the end, always close.
@@ -89,6 +89,7 @@ class Publisher:
         self._sub = None
         self.reply_prefix = ""
         self._closed: str | None = None  # why the connection closed for good, once it has
+        self._unwritten: list[bytes] = []  # buffers handed to nats-py that may still wait in its write buffer
 
     async def start(self) -> Publisher:
         from .wire import events_of
@@ -158,12 +159,19 @@ class Publisher:
         due, self._retry_due = self._retry_due, set()
         await self._resend([token for token in due if token in self._inflight])
 
+    async def _send(self, buffer: bytes) -> None:
+        """Hand ``buffer`` to the connection, remembering it until nats-py has written it (see :meth:`abort`)."""
+        from .wire import send_raw, still_pending
+
+        self._unwritten = still_pending(self._nc, self._unwritten)
+        self._unwritten.append(buffer)
+        await send_raw(self._nc, buffer)
+
     async def _resend(self, tokens: list[str]) -> None:
         if not tokens or self._nc.is_closed:
             return
         self.resent += len(tokens)
-        await self._nc._send_command(b"".join(self._inflight[token] for token in tokens))
-        await self._nc._flush_pending()
+        await self._send(b"".join(self._inflight[token] for token in tokens))
 
     def on_reconnected(self) -> None:
         if self._idempotent and self._inflight:
@@ -242,8 +250,7 @@ class Publisher:
             for position, frame in chunk:
                 inflight[f"{tag}{position}"] = frame
             self._done.clear()
-            await self._nc._send_command(b"".join(frame for _, frame in chunk))
-            await self._nc._flush_pending()
+            await self._send(b"".join(frame for _, frame in chunk))
 
     async def drain(self) -> None:
         """Wait until every published frame has its PubAck (or ``ackTimeout`` passes without progress)."""
@@ -251,6 +258,16 @@ class Publisher:
         if self._inflight:
             self._done.clear()
             await self._wait(self._done, "end of partition")
+
+    async def abort(self) -> None:
+        """Close after the task failed: frames nats-py still holds (the connection is down) are
+        dropped, so that they are not published after the reconnect, behind the task's back."""
+        from .wire import discard_pending
+
+        if not self._nc.is_closed:
+            discard_pending(self._nc, self._unwritten)
+        self._unwritten = []
+        await self.close()
 
     async def close(self) -> None:
         from .wire import events_of

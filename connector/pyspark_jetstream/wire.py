@@ -138,3 +138,23 @@ async def send_raw(nc: Any, frame: bytes) -> None:
     """Queue protocol bytes and kick nats-py's flusher."""
     await nc._send_command(frame)
     await nc._flush_pending()
+
+
+def still_pending(nc: Any, buffers: list[bytes]) -> list[bytes]:
+    """Those of ``buffers`` (objects handed to :func:`send_raw`) that nats-py has not written yet.
+
+    While the connection is down nats-py keeps them and writes them after the
+    reconnect, which may be long after the task that sent them has failed."""
+    pending = {id(b) for b in nc._pending}
+    return [b for b in buffers if id(b) in pending]
+
+
+def discard_pending(nc: Any, buffers: list[bytes]) -> int:
+    """Drop ``buffers`` from nats-py's write buffer if still there; how many were dropped."""
+    ids = {id(b) for b in buffers}
+    kept = [b for b in nc._pending if id(b) not in ids]
+    dropped = len(nc._pending) - len(kept)
+    if dropped:
+        nc._pending = kept
+        nc._pending_data_size = sum(len(b) for b in kept)
+    return dropped

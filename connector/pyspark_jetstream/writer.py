@@ -193,6 +193,7 @@ def write_partition(plan: SinkPlan, batches: Iterable[Any]) -> SinkCommitMessage
             originals[f.position] = block
         divert(rejections, originals)
 
+    finished = False
     try:
         position = 0
         for batch in batches:
@@ -208,8 +209,10 @@ def write_partition(plan: SinkPlan, batches: Iterable[Any]) -> SinkCommitMessage
         settle_server_failures()
         runtime.run(pub.drain())  # dead letters sent while settling
         settle_server_failures()
+        finished = True
     finally:
-        runtime.run(pub.close())
+        # A failed task leaves nothing behind to be sent after a reconnect.
+        runtime.run(pub.close() if finished else pub.abort(), timeout=60)
     message = SinkCommitMessage(partition=partition, published=pub.stored, duplicates=pub.duplicates,
                                 dead_lettered=pub.dead_lettered, expired=expired)
     log.debug("JetStream sink task finished: %s", message)

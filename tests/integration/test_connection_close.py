@@ -1,10 +1,15 @@
-"""A connection the server closes fails every waiting publish and read at once, with the real cause.
+"""The connector's shared connection: closed by the server, or lost under a task that ends.
+
+A connection the server closes fails every waiting publish and read at once, with the real cause.
 
 nats-server answers a frame over ``max_payload`` with ``-ERR 'Maximum Payload
 Violation'`` and closes the connection; nats-py then closes the client for good.
 Publishes awaiting a PubAck and partitions awaiting messages on that connection
 can never complete: they must fail now, naming that cause, not after
 ``ackTimeout`` or ``consume.maxWait`` with an error that blames the server.
+
+And a task that ends (Spark closes a reader's iterator, a write fails) leaves nothing
+behind on the connection: no consumer or subscription, no frame sent later.
 
 These run the connector's I/O code in the test process (no Spark), against a real
 server, on the connector's own shared connection.
@@ -13,18 +18,27 @@ server, on the connector's own shared connection.
 from __future__ import annotations
 
 import asyncio
+import os
+import queue
+import signal
 
+import pyarrow as pa
 import pytest
+from pyspark.sql.types import StringType, StructField, StructType
 
 from pyspark_jetstream import runtime
-from pyspark_jetstream.errors import JetStreamConnectorError, PartitionReadError
+from pyspark_jetstream.errors import AckTimeoutError, JetStreamConnectorError, PartitionReadError
+from pyspark_jetstream.jsapi import stream_info
 from pyspark_jetstream.options import parse_sink_options, parse_source_options
-from pyspark_jetstream.partition_reader import read_partition
+from pyspark_jetstream.partition_reader import PartitionReader, read_partition
 from pyspark_jetstream.publisher import Publisher
+from pyspark_jetstream.server import EmbeddedNatsServer
 from pyspark_jetstream.sink_encoder import hpub_frame
+from pyspark_jetstream.sink_setup import plan_sink
 from pyspark_jetstream.wire import send_raw
+from pyspark_jetstream.writer import write_partition
 
-from ..helpers import fill_stream
+from ..helpers import SyncNats, fill_stream, wait_until
 
 
 def _oversized(nc) -> bytes:
@@ -67,3 +81,53 @@ def test_a_partition_mid_read_fails_at_once_naming_the_close(nats_server, nats_c
                                                  r"\d+: the NATS connection was closed \(maximum payload violation\)"):
         for _ in batches:
             pass
+
+
+def test_a_close_while_the_consumer_is_being_created_leaves_nothing_behind():
+    """Spark closes a partition's iterator while its consumer is being created (the server is
+    frozen, so the create request waits). When the create completes, the consumer and the inbox
+    subscription must go, not linger on the shared connection until the server reaps them."""
+    with EmbeddedNatsServer() as server:
+        client = SyncNats(server.url)
+        client.add_stream("LATE", ["late.>"])
+        asyncio.run(fill_stream(server.url, "late.x", 10))
+        opts = parse_source_options({"servers": server.url, "stream": "LATE"}, streaming=False)
+        nc = runtime.run(runtime.connection(opts.connection), timeout=30)
+        runtime.run(stream_info(nc, "LATE"), timeout=30)  # nats-py's request inbox exists from here on
+        subs_before = len(nc._subs)
+        out: queue.Queue = queue.Queue()
+        reader = PartitionReader(opts, "LATE", 1, 10, out)
+        os.kill(server.pid, signal.SIGSTOP)
+        try:
+            started = runtime.submit(reader.start())
+            wait_until(lambda: len(nc._subs) > subs_before, timeout=10, what="the inbox subscribed")
+            runtime.run(reader.close(), timeout=30)
+        finally:
+            os.kill(server.pid, signal.SIGCONT)
+        started.result(timeout=30)
+        wait_until(lambda: client.api("CONSUMER.NAMES.LATE")["consumers"] == [], timeout=10,
+                   what="the late consumer deleted")
+        assert len(nc._subs) == subs_before
+        client.close()
+
+
+def test_frames_of_a_failed_write_are_not_sent_after_the_reconnect(tmp_path):
+    """A write task whose server went away fails at ackTimeout; nats-py still holds its frames
+    and would send them when the server is back, long after Spark gave up on the task."""
+    with EmbeddedNatsServer() as server:
+        client = SyncNats(server.url)
+        client.add_stream("PARK", ["park.>"], storage="file")
+        plan = plan_sink({"servers": server.url, "stream": "PARK", "subject": "park.x", "ackTimeout": "1s"},
+                         StructType([StructField("data", StringType())]), overwrite=False, streaming=False)
+        nc = runtime.run(runtime.connection(plan.options.connection), timeout=30)
+        server.stop(kill=True)
+        wait_until(lambda: not nc.is_connected, timeout=10, what="the connector noticed the server is gone")
+        batch = pa.RecordBatch.from_pylist([{"data": f"r{i}"} for i in range(10)])
+        with pytest.raises(AckTimeoutError):
+            write_partition(plan, [batch])
+        server.start()
+        wait_until(lambda: nc.is_connected, timeout=30, what="the connector reconnected")
+        runtime.run(nc.flush(timeout=10), timeout=30)  # whatever nats-py held has reached the server now
+        wait_until(lambda: client.nc.is_connected, timeout=30, what="the test client reconnected")
+        assert client.stream_state("PARK")["messages"] == 0
+        client.close()
