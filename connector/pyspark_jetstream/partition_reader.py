@@ -13,7 +13,12 @@ cannot take fails the partition, naming the stream and the sequence).
 
 The partition ends when it delivered the range's last sequence, when the
 consumer reports nothing pending (the range's tail may have been deleted), or
-when it sees a sequence past the range. Consumer-sequence gaps (messages lost
+when it sees a sequence past the range. In a cluster the consumer (one replica)
+may sit on a follower that is still catching up, whose pending count says
+nothing of what the leader already holds: there, "nothing pending" before the
+range's end is believed only once the stream's leader confirms that no
+sequence of the rest of the range is left (``STREAM.MSG.GET`` is answered by
+the leader); otherwise the partition keeps pulling while the replica catches up. Consumer-sequence gaps (messages lost
 in flight), a deleted or vanished consumer and reconnects recreate the
 consumer from the last delivered sequence + 1, as nats.go's ordered consumer
 does; ``consume.maxWait`` without progress ends the partition with an error.
@@ -36,7 +41,7 @@ from .metadata import fast_fields
 from .options import SourceOptions
 from .pull_engine import Outcome, PullEngine
 from .source_rows import BatchBuilder, RawBatch
-from .wire import events_of, raw_subscribe, raw_unsubscribe, send_raw
+from .wire import events_of, is_clustered, raw_subscribe, raw_unsubscribe, send_raw
 
 log = get_logger("source")
 
@@ -90,6 +95,8 @@ class PartitionReader:
         self.sub: Any = None
         self.watchdog: asyncio.Task | None = None
         self.tasks: set[asyncio.Task] = set()
+        self.confirming = False  # a leader check of "nothing pending" is under way
+        self.replica_lags = 0  # how often that check found the consumer's replica behind
 
     # ---------------------------------------------------------------- lifecycle
 
@@ -159,7 +166,7 @@ class PartitionReader:
         if self._lost_below_first_seq(start_seq, reply):
             return
         if reply.get("num_pending", 0) == 0:
-            self._finish()  # nothing matches from here on (the range's tail was deleted or filtered)
+            self._nothing_pending()  # the range's tail was deleted or filtered, or a replica lags
         else:
             self._maybe_pull()
 
@@ -294,10 +301,40 @@ class PartitionReader:
         self.builder.add(subject, data, headers, sseq, ts)
         if len(self.builder) >= self.opts.batch_size:
             self._emit()
-        if sseq >= self.last or pending == 0:
+        if sseq >= self.last:
             self._finish()
             return
+        if pending == 0:
+            self._nothing_pending()
+            return
         self._maybe_pull()
+
+    def _nothing_pending(self) -> None:
+        """The consumer says nothing is pending before the range's end."""
+        if self.last_sseq >= self.last or not is_clustered(self.nc):
+            self._finish()
+            return
+        if not self.confirming:
+            self.confirming = True
+            self._track(self._confirm_end())
+        self._maybe_pull()
+
+    async def _confirm_end(self) -> None:
+        """Finish only if the stream's leader holds no sequence of the rest of the range."""
+        after = self.last_sseq
+        try:
+            message = await next_message(self.nc, self.stream, after + 1, self.opts.filter_subjects)
+        finally:
+            self.confirming = False
+        if self.done or self.last_sseq > after:
+            return  # the partition moved on meanwhile
+        if message is None or message.seq > self.last:
+            self._finish()
+            return
+        self.replica_lags += 1
+        log.warning("stream %s: the consumer's replica reports nothing pending after sequence %d, but the stream's "
+                    "leader holds sequence %d of the range (..%d); waiting for the replica to catch up",
+                    self.stream, after, message.seq, self.last)
 
     def _on_status(self, block: bytes) -> None:
         code, description, headers = parse_status(block)

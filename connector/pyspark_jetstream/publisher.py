@@ -66,7 +66,9 @@ class Publisher:
         self._nc = nc
         self._idempotent = idempotent
         # 503 means "between leaders" only where there are leaders to elect.
-        self._retry_503 = bool((getattr(nc, "_server_info", None) or {}).get("cluster"))
+        from .wire import is_clustered
+
+        self._retry_503 = is_clustered(nc)
         self._first_503: dict[str, float] = {}
         self._retry_due: set[str] = set()
         self._retry_task: asyncio.Task | None = None

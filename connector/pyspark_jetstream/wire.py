@@ -140,6 +140,11 @@ async def send_raw(nc: Any, frame: bytes) -> None:
     await nc._flush_pending()
 
 
+def is_clustered(nc: Any) -> bool:
+    """Whether the connected server is part of a cluster (its INFO names one)."""
+    return bool((getattr(nc, "_server_info", None) or {}).get("cluster"))
+
+
 def still_pending(nc: Any, buffers: list[bytes]) -> list[bytes]:
     """Those of ``buffers`` (objects handed to :func:`send_raw`) that nats-py has not written yet.
 
