@@ -83,7 +83,8 @@ def main() -> int:
         early = [r.price for r in rows if r.difference_s < 0]
         print(f"{len(rows)} messages copied; the copies' TTLs are shorter by the {args.delay:g}s lag, and their "
               f"expiry differs from the origin's by at most {worst:.3f}s" + (f"; EARLY: {early}" if early else ""))
-        return 0 if len(rows) == prices.count() and not early and worst < 1.5 else 1
+        # Later than the origin by the rounding (< 1s) plus the encode-to-store time; never earlier.
+        return 0 if len(rows) == prices.count() and not early else 1
 
 
 if __name__ == "__main__":

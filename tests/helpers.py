@@ -337,3 +337,11 @@ def worker_log(spark: Any, logger: str) -> list[str]:
     ``spark.sql.pyspark.worker.logging.enabled``, set by the session fixture)."""
     rows = spark.tvf.python_worker_logs().where(f"logger = '{logger}'").select("msg").collect()
     return [row.msg for row in rows]
+
+
+def finished(query: Any, timeout: float = 180.0) -> Any:
+    """Wait for a query that must end by itself (an ``availableNow`` trigger): fail the test when it
+    did not end in time (``awaitTermination`` returns False then) or ended with an error."""
+    assert query.awaitTermination(timeout), f"the query did not finish within {timeout}s"
+    assert query.exception() is None, query.exception()
+    return query

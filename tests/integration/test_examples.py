@@ -107,8 +107,8 @@ def test_kv_latest_values_shows_max_age_markers():
 def test_copy_preserving_expiry_keeps_absolute_expiry():
     out = _run_example("copy_preserving_expiry.py", "--delay", "2").stdout
     found = re.search(r"(\d+) messages copied; .* at most ([\d.]+)s", out)
-    assert found and found.group(1) == "4" and float(found.group(2)) < 1.5
-    assert "EARLY" not in out
+    assert found and found.group(1) == "4"
+    assert "EARLY" not in out  # no copy expires before its original (the example exits 1 otherwise)
 
 
 def test_batch_replay_writes_the_sequence_range_to_parquet(tmp_path):

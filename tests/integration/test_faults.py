@@ -8,7 +8,7 @@ import os
 import pytest
 from pyspark.sql import functions as F
 
-from ..helpers import HeldRead, fill_stream, wait_until, worker_log, write_json_inputs
+from ..helpers import HeldRead, fill_stream, finished, wait_until, worker_log, write_json_inputs
 
 
 def test_crash_between_write_and_commit_is_deduplicated(spark, nats_server, nats_client, stream_name, tmp_path):
@@ -23,8 +23,7 @@ def test_crash_between_write_and_commit_is_deduplicated(spark, nats_server, nats
              .select(F.lit(f"{stream_name}.x").alias("subject"), "data")
              .writeStream.format("jetstream").option("servers", nats_server.url).option("stream", stream_name)
              .option("checkpointLocation", str(checkpoint)).trigger(availableNow=True).start())
-        q.awaitTermination(120)
-        assert q.exception() is None
+        finished(q, 120)
         return q
 
     run()
