@@ -65,6 +65,14 @@ class SyncNats:
     def stream_state(self, name: str) -> dict:
         return self.api(f"STREAM.INFO.{name}")["state"]
 
+    def stored_count(self, name: str) -> int:
+        """The stream's message count, or -1 while it cannot be asked (this client reconnecting,
+        a clustered stream between leaders): for waits across faults."""
+        try:
+            return self.api(f"STREAM.INFO.{name}").get("state", {}).get("messages", -1)
+        except Exception:
+            return -1
+
     def messages(self, stream: str) -> list[StoredMessage]:
         """Every message the stream holds now, in sequence order (STREAM.MSG.GET by next seq)."""
         out: list[StoredMessage] = []
@@ -345,3 +353,35 @@ def finished(query: Any, timeout: float = 180.0) -> Any:
     assert query.awaitTermination(timeout), f"the query did not finish within {timeout}s"
     assert query.exception() is None, query.exception()
     return query
+
+
+def jetstream_writer(df: Any, url: str, **options: str) -> Any:
+    """``df.write.format("jetstream")`` in append mode against ``url``; ``a__b`` names option ``a.b``."""
+    w = df.write.format("jetstream").mode("append").option("servers", url)
+    for key, value in options.items():
+        w = w.option(key.replace("__", "."), value)
+    return w
+
+
+def write(df: Any, server: Any, **options: str) -> None:
+    """A batch write to the embedded ``server`` (options as for :func:`jetstream_writer`)."""
+    jetstream_writer(df, server.url, **options).save()
+
+
+def publish(client: SyncNats, subject: str, count: int, start: int = 0, headers: bytes | None = None) -> None:
+    """``count`` messages ``m<start>`` .. with an exact header block, one PubAck checked each;
+    ``subject`` may hold ``{i}`` for the message's number."""
+    for i in range(start, start + count):
+        ack = client.publish_raw(subject.format(i=i) if "{" in subject else subject, headers, f"m{i}".encode())
+        assert "error" not in ack, ack
+
+
+def user_nkey_seed_file(directory: Any) -> tuple[bytes, str, str]:
+    """A new NKey user: (seed, public key, path of a seed file in ``directory``)."""
+    import nkeys
+
+    seed = nkeys.encode_seed(os.urandom(32), nkeys.PREFIX_BYTE_USER)
+    path = os.path.join(str(directory), f"user-{os.urandom(4).hex()}.nk")
+    with open(path, "wb") as f:
+        f.write(seed)
+    return seed, nkeys.from_seed(seed).public_key.decode(), path

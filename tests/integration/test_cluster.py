@@ -25,15 +25,6 @@ from pyspark_jetstream.planning import split_range
 from ..helpers import SyncNats, fill_stream, gate_at_sequence, wait_until
 
 
-def _stored(client: SyncNats, stream: str) -> int:
-    """The stream's message count, or -1 while the cluster cannot answer (this
-    client reconnecting, or the stream between leaders)."""
-    try:
-        return client.api(f"STREAM.INFO.{stream}").get("state", {}).get("messages", -1)
-    except Exception:
-        return -1
-
-
 def _leader(client: SyncNats, stream: str) -> str:
     return client.api(f"STREAM.INFO.{stream}")["cluster"]["leader"]
 
@@ -80,12 +71,12 @@ def test_r3_pipeline_survives_step_down_and_node_loss(spark, nats_cluster, tmp_p
             victim = nats_cluster.node_named(_leader(client, "CDST"))
             victim.stop(kill=True)
             open(second_gate[1], "w").close()
-            wait_until(lambda: _stored(client, "CDST") >= 24_000 or query.exception(),
+            wait_until(lambda: client.stored_count("CDST") >= 24_000 or query.exception(),
                        timeout=240, what="the query went on without the killed node")
             assert query.exception() is None, query.exception()
             victim.start()
             nats_cluster.wait_for_jetstream()
-            wait_until(lambda: _stored(client, "CDST") >= count or query.exception(),
+            wait_until(lambda: client.stored_count("CDST") >= count or query.exception(),
                        timeout=240, what="every message copied")
             assert query.exception() is None, query.exception()
             assert query.isActive

@@ -17,12 +17,7 @@ import pytest
 from pyspark.errors import StreamingQueryException
 from pyspark.sql import functions as F
 
-
-def _publish_numbered(client, subject: str, first: int, last: int, ttl: dict[int, str] | None = None) -> None:
-    for i in range(first, last + 1):
-        headers = f"NATS/1.0\r\nNats-TTL: {ttl[i]}\r\n\r\n".encode() if ttl and i in ttl else None
-        ack = client.publish_raw(subject, headers, f"m{i}".encode())
-        assert ack.get("seq") == i, ack
+from ..helpers import publish
 
 
 def _forget_last_commit(checkpoint) -> int:
@@ -60,7 +55,7 @@ def test_replay_with_another_partition_count_stores_each_message_once(spark, nat
     source, target = stream_name + "S", stream_name + "D"
     nats_client.add_stream(source, [f"{source}.>"])
     nats_client.add_stream(target, [f"{target}.>"])
-    _publish_numbered(nats_client, f"{source}.in", 1, 200)
+    publish(nats_client, f"{source}.in", 200, start=1)
     checkpoint = tmp_path / "chk"
     assert _copy(spark, nats_server, source, target, checkpoint, 2, keep_position).exception() is None
     replayed = _forget_last_commit(checkpoint)
@@ -82,7 +77,7 @@ def test_replay_after_a_message_in_the_range_vanished_stores_each_message_once(s
     source, target = stream_name + "S", stream_name + "D"
     nats_client.add_stream(source, [f"{source}.>"], allow_msg_ttl=True)
     nats_client.add_stream(target, [f"{target}.>"], max_msgs=150, discard="new")
-    _publish_numbered(nats_client, f"{source}.in", 1, 200)
+    publish(nats_client, f"{source}.in", 200, start=1)
     checkpoint = tmp_path / "chk"
     first = _copy(spark, nats_server, source, target, checkpoint, 1, keep_position=True)
     assert first.exception() is not None and "maximum messages" in str(first.exception())

@@ -12,12 +12,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-import nkeys
 import pytest
 
 from pyspark_jetstream.server import EmbeddedNatsServer
 
-from ..helpers import SyncNats, fill_stream
+from ..helpers import SyncNats, fill_stream, user_nkey_seed_file
 
 JOB = Path(__file__).parent / "jobs" / "secrets_job.py"
 PASSWORD = "pw-9f3Kq-never-print-me"
@@ -35,12 +34,9 @@ def _token(tmp_path: Path):
 
 
 def _nkey_seed(tmp_path: Path):
-    seed = nkeys.encode_seed(os.urandom(32), nkeys.PREFIX_BYTE_USER)
-    public = nkeys.from_seed(seed).public_key.decode()
-    seed_file = tmp_path / "user.nk"
-    seed_file.write_bytes(seed)
+    seed, public, seed_file = user_nkey_seed_file(tmp_path)
     config = f'authorization {{ users = [ {{ nkey: "{public}" }} ] }}'
-    return seed.decode(), config, {"nkeySeedFile": str(seed_file)}, {"nkeys_seed": str(seed_file)}
+    return seed.decode(), config, {"nkeySeedFile": seed_file}, {"nkeys_seed": seed_file}
 
 
 @pytest.mark.parametrize("auth", [_password, _token, _nkey_seed], ids=["password", "token", "nkey-seed"])

@@ -2,38 +2,28 @@
 
 from __future__ import annotations
 
-import os
-
-import nkeys
 import pytest
 
 from pyspark_jetstream.server import EmbeddedNatsServer
 
 from ..certs import make_pki
+from ..helpers import jetstream_writer, user_nkey_seed_file
 
 
 def _write_one(spark, url, **options):
     # ensureStream=create makes the stream through the authenticated connection; the write
     # succeeding means every PubAck came back from it.
     df = spark.createDataFrame([("hello",)], "data string")
-    w = (df.write.format("jetstream").mode("append").option("servers", url).option("subject", "auth.x")
-         .option("stream", "AUTH").option("ensureStream", "create"))
-    for k, v in options.items():
-        w = w.option(k, v)
-    w.save()
+    jetstream_writer(df, url, subject="auth.x", stream="AUTH", ensureStream="create", **options).save()
 
 
 def test_nkey_seed_file(spark, tmp_path):
-    seed = nkeys.encode_seed(os.urandom(32), nkeys.PREFIX_BYTE_USER)
-    public = nkeys.from_seed(seed).public_key.decode()
-    seed_file = tmp_path / "user.nk"
-    seed_file.write_bytes(seed)
+    seed, public, seed_file = user_nkey_seed_file(tmp_path)
     with EmbeddedNatsServer(config=f'authorization {{ users = [ {{ nkey: "{public}" }} ] }}') as server:
-        _write_one(spark, server.url, nkeySeedFile=str(seed_file))
-        other = tmp_path / "other.nk"
-        other.write_bytes(nkeys.encode_seed(os.urandom(32), nkeys.PREFIX_BYTE_USER))
+        _write_one(spark, server.url, nkeySeedFile=seed_file)
+        _, _, other = user_nkey_seed_file(tmp_path)  # a user the server does not know
         with pytest.raises(Exception, match="refused the credentials") as info:
-            _write_one(spark, server.url, nkeySeedFile=str(other))
+            _write_one(spark, server.url, nkeySeedFile=other)
         assert seed.decode() not in str(info.value)
 
 

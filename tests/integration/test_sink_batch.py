@@ -9,8 +9,7 @@ import pytest
 from pyspark.sql import Row
 from pyspark.sql import functions as F
 
-from ..helpers import wait_until
-from .sinkutil import write
+from ..helpers import wait_until, write
 
 
 def test_auto_registration_needs_no_register_call(spark, nats_server, nats_client, stream_name):

@@ -8,13 +8,7 @@ import json
 import pytest
 from pyspark.sql import functions as F
 
-from ..helpers import finished, wait_until
-
-
-def publish(client, subject, count, start=0, headers=None):
-    for i in range(start, start + count):
-        ack = client.publish_raw(subject if "{" not in subject else subject.format(i=i), headers, f"m{i}".encode())
-        assert "error" not in ack, ack
+from ..helpers import finished, publish, wait_until
 
 
 def read(spark, server, **options):

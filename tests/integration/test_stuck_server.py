@@ -12,7 +12,7 @@ import pytest
 
 from pyspark_jetstream.server import EmbeddedNatsServer
 
-from ..helpers import HeldRead, SyncNats, fill_stream, wait_until
+from ..helpers import HeldRead, SyncNats, fill_stream, wait_until, worker_log
 
 
 @pytest.fixture
@@ -83,6 +83,8 @@ def test_a_brief_freeze_misses_heartbeats_and_the_read_rides_through(spark, froz
     time.sleep(3.0)  # the fault itself: frozen for three heartbeat intervals
     os.kill(frozen_server.pid, signal.SIGCONT)
     assert read.seqs(timeout=180) == list(range(1, count + 1))
+    # The freeze hit the partition mid-read: it noticed the missed heartbeats and pulled again.
+    assert "stream PAUSED: missed heartbeats; pulling again" in worker_log(spark, "pyspark_jetstream.source")
 
 
 def test_a_server_frozen_between_micro_batches_does_not_fail_the_query(spark, frozen_server):
@@ -112,3 +114,7 @@ def test_a_server_frozen_between_micro_batches_does_not_fail_the_query(spark, fr
         query.stop()
         client.close()
     assert seqs == list(range(1, 201))
+    # The freeze hit the planner: one micro-batch's latestOffset (its STREAM.INFO, unanswered for 10s,
+    # then asked again) took longer than the request timeout, and the query went on.
+    planning = [p["durationMs"].get("latestOffset", 0) for p in query.recentProgress]
+    assert max(planning) >= 10_000, planning

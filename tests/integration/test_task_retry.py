@@ -13,7 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from ..helpers import fill_stream, processes_connected_to, wait_until
+from ..helpers import child_processes, fill_stream, processes_connected_to, wait_until
 
 JOB = Path(__file__).parent / "jobs" / "task_retry_job.py"
 
@@ -56,9 +56,10 @@ def test_python_workers_killed_mid_read_are_retried_exactly_once(nats_server, na
         wait_until(lambda: nats_client.stream_state(target)["messages"] >= 1000, timeout=120,
                    what="the first attempt published part of its rows")
         # Every Python worker of the job talking to NATS: the partition readers (one of them
-        # mid-partition behind the gate) and the writers. Not the test's own client.
-        own = os.getpid()
-        workers = [pid for pid in processes_connected_to(nats_server.port) if pid != own]
+        # mid-partition behind the gate) and the writers. Only the job's own descendants: neither
+        # this process nor the test session's own (reused) Spark workers, which share the server.
+        job = set(child_processes(proc.pid, ""))
+        workers = [pid for pid in processes_connected_to(nats_server.port) if pid in job]
         assert workers, "the job's Python workers should be connected to the server"
         for pid in workers:
             os.kill(pid, signal.SIGKILL)

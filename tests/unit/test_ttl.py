@@ -85,7 +85,17 @@ def test_resolve_ttl_rejects(value):
         resolve_ttl(value)
 
 
-@given(st.text(max_size=30))
+TTL_LIKE = st.one_of(
+    st.text(max_size=30),  # mostly refused
+    # Mostly accepted: whole seconds, Go durations of every unit, 'never' in any case, odd spacing.
+    st.builds(lambda pad, n: pad + str(n), st.sampled_from(["", " ", "  "]), st.integers(0, 2**64)),
+    st.builds(lambda n, frac, unit: f"{n}{frac}{unit}", st.integers(0, 10**6), st.sampled_from(["", ".5", ".25"]),
+              st.sampled_from(["ns", "us", "µs", "ms", "s", "m", "h"])),
+    st.sampled_from(["never", "NEVER", "Never", " never", "1h30m", "2m30s", "1.5h"]),
+)
+
+
+@given(TTL_LIKE)
 def test_resolve_ttl_only_raises_invalid_ttl(text):
     try:
         header = resolve_ttl(text)
