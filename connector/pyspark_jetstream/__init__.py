@@ -19,6 +19,7 @@ from .errors import (
     SchemaError,
     ServerBinaryNotFound,
     StreamConfigError,
+    StreamRecreatedError,
 )
 from .threads import bind_session_to_thread
 
@@ -40,5 +41,6 @@ __all__ = [
     "SchemaError",
     "ServerBinaryNotFound",
     "StreamConfigError",
+    "StreamRecreatedError",
     "bind_session_to_thread",
 ]

@@ -12,6 +12,7 @@ Callers and tests check types and attributes, never message substrings::
     +-- PublishError            a row was rejected (by the server or client-side)
     +-- AckTimeoutError         PubAcks did not arrive within ackTimeout
     +-- DataLossError           planned sequences were removed before being read
+    |   +-- StreamRecreatedError    the stream was deleted and created again
     +-- PartitionReadError      a partition could not be read to its end
 
 Every message names what was wrong and what to do about it, and never contains
@@ -116,6 +117,30 @@ class DataLossError(JetStreamConnectorError):
             f"TTL) before this query read them; the stream now starts at {first_available}. Some data may have "
             "been lost because it is not available in JetStream any more. If you want the query to go on and "
             "skip the lost range, set the source option 'failOnDataLoss' to 'false'."
+        )
+
+
+class StreamRecreatedError(DataLossError):
+    """The stream was deleted and created again (or its sequence went backwards) since an offset was planned."""
+
+    def __init__(self, stream: str, checkpointed_seq: int, checkpointed_created: str | None, last_seq: int,
+                 created: str | None) -> None:
+        self.stream = stream
+        self.first_lost = checkpointed_seq + 1
+        self.last_lost = None
+        if checkpointed_created is not None:
+            what = (f"it was deleted and created again since the checkpoint (created {checkpointed_created} then, "
+                    f"{created} now), so its sequences restarted at 1")
+        else:
+            what = (f"its sequence went backwards: the checkpoint is at sequence {checkpointed_seq}, the stream now "
+                    "ends at {last_seq}, which happens when it is deleted and created again").replace(
+                        "{last_seq}", str(last_seq))
+        JetStreamConnectorError.__init__(
+            self,
+            f"Data loss in stream '{stream}': {what}. Messages of the old stream after sequence {checkpointed_seq} "
+            "that were not read are gone, and the checkpoint's sequences mean nothing in the new stream. To read the "
+            "new stream from its first sequence and go on, set the source option 'failOnDataLoss' to 'false'; to "
+            "start over, use a new checkpointLocation.",
         )
 
 

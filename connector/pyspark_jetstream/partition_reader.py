@@ -34,8 +34,8 @@ from collections.abc import Iterator
 from typing import Any
 
 from . import runtime
-from .errors import DataLossError, PartitionReadError
-from .jsapi import is_transient, next_message, request, retry_delays
+from .errors import DataLossError, PartitionReadError, StreamConfigError, StreamRecreatedError
+from .jsapi import is_transient, next_message, request, retry_delays, stream_info
 from .logs import get_logger
 from .metadata import fast_fields
 from .options import SourceOptions
@@ -76,12 +76,14 @@ def _int_header(headers: dict[str, str], name: str) -> int | None:
 
 
 class PartitionReader:
-    def __init__(self, opts: SourceOptions, stream: str, first: int, last: int, out: queue.Queue) -> None:
+    def __init__(self, opts: SourceOptions, stream: str, first: int, last: int, out: queue.Queue,
+                 created: str | None = None) -> None:
         self.opts = opts
         self.stream = stream
         self.first = first
         self.last = last
         self.out = out
+        self.created = created  # the stream's identity when the range was planned (batch reads)
         self.builder = BatchBuilder(stream, include_markers=opts.include_markers, kv_bucket=opts.bucket)
         self.engine = PullEngine(opts.consume, range_left=last - first + 1, now=time.monotonic())
         self.last_sseq = first - 1
@@ -124,10 +126,33 @@ class PartitionReader:
             self.nc = await runtime.connection(self.opts.connection)
             events_of(self.nc).listeners.add(self)
             self.watchdog = self._track(self._watch())
+            if self.created is not None and not await self._same_stream_as_planned():
+                return
         except Exception as exc:
             self._fail(exc)
             return
         await self._create_consumer_retrying(self.first)
+
+    async def _same_stream_as_planned(self) -> bool:
+        """A batch read planned on the driver may run later: the stream may have been deleted, or
+        deleted and created again (its sequences then mean other messages). False when ended here."""
+        info = await stream_info(self.nc, self.stream)
+        if info is None:
+            self._fail(StreamConfigError(
+                f"Stream '{self.stream}' was deleted after this read was planned (sequences {self.first}.."
+                f"{self.last} were to be read). Check the option 'stream'."))
+            return False
+        if info.get("created") == self.created:
+            return True
+        error = StreamRecreatedError(self.stream, self.first - 1, self.created, int(info["state"]["last_seq"]),
+                                     info.get("created"))
+        if self.opts.fail_on_data_loss:
+            self._fail(error)
+        else:
+            log.warning("%s Sequences %d..%d of the old stream are skipped (failOnDataLoss=false).", error,
+                        self.first, self.last)
+            self._finish()
+        return False
 
     async def _create_consumer(self, start_seq: int) -> None:
         """A consumer from ``start_seq``, with a fresh inbox so that no frame of an
@@ -476,7 +501,8 @@ def _builds(raw: RawBatch) -> bool:
         return False
 
 
-def read_partition(opts: SourceOptions, stream: str, first: int, last: int) -> Iterator[Any]:
+def read_partition(opts: SourceOptions, stream: str, first: int, last: int,
+                   created: str | None = None) -> Iterator[Any]:
     """Yield the partition's RecordBatches on Spark's thread while the loop thread reads.
 
     Every wait has a deadline: the reader fails itself after ``consume.maxWait``
@@ -484,7 +510,7 @@ def read_partition(opts: SourceOptions, stream: str, first: int, last: int) -> I
     should the reader neither deliver nor fail.
     """
     out: queue.Queue = queue.Queue()
-    reader = PartitionReader(opts, stream, first, last, out)
+    reader = PartitionReader(opts, stream, first, last, out, created)
     loop = runtime.loop()
     runtime.submit(reader.start())
     poll = min(5.0, opts.max_wait)

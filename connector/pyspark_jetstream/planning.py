@@ -1,8 +1,8 @@
 """Offsets, read limits, range splitting and data-loss detection, free of I/O.
 
 **What an offset means.** A checkpointed offset is ``{"stream": NAME, "seq": N,
-"partitions": P}``: every stream sequence up to and *including* N has been
-planned. A micro-batch from offset ``start`` to offset ``end`` reads the
+"partitions": P, "created": T}``: every stream sequence up to and *including* N of
+the stream created at T has been planned. A micro-batch from offset ``start`` to offset ``end`` reads the
 sequences ``(start.seq, end.seq]``, split into at most ``end.partitions``
 ranges. User-facing sequence numbers (``startingOffsets=42``,
 ``endingOffsets=99``) are inclusive; :func:`offset_before` is the one place
@@ -13,7 +13,12 @@ are still in the stream, split exactly as the first attempt split them (the
 count is read from the logged offset, not from the option or the host): that
 determinism is what makes a query exactly-once with an idempotent sink.
 Offsets written before ``partitions`` was recorded are read with the option's
-value.
+value; offsets without ``created`` are checked by their sequence alone
+(:func:`identity_change`), and the next offset records it.
+
+A micro-batch that spans a recreation of the stream carries ``"reset": S`` in its
+end offset: it reads ``(S, end.seq]`` of the new stream (everything the new stream
+held when the batch was planned), and a replay reads the same range.
 """
 
 from __future__ import annotations
@@ -29,13 +34,40 @@ class StreamBounds:
 
     first_seq: int
     last_seq: int
+    created: str | None = None  # the stream's creation time: its identity (a recreated stream restarts at 1)
 
 
-def make_offset(stream: str, seq: int, partitions: int | None = None) -> dict:
+def make_offset(stream: str, seq: int, partitions: int | None = None, created: str | None = None) -> dict:
     offset: dict = {"stream": stream, "seq": int(seq)}
     if partitions is not None:
         offset["partitions"] = int(partitions)
+    if created is not None:
+        offset["created"] = created
     return offset
+
+
+RECREATED = "recreated"
+BACKWARDS = "backwards"
+
+
+def identity_change(offset: dict, bounds: StreamBounds) -> str | None:
+    """Whether the stream ``offset`` was planned against is not the one ``bounds`` describe.
+
+    ``RECREATED`` when the recorded creation time differs (the stream was deleted and
+    created again: its sequences restarted at 1 and mean other messages now). For an
+    offset written before the identity was recorded, ``BACKWARDS`` when the stream's last
+    sequence is below the offset's (a stream's last sequence never goes down otherwise:
+    purges and deletes keep it). ``None`` when it is the same stream.
+    """
+    recorded = offset.get("created")
+    if recorded is not None:
+        return RECREATED if bounds.created is not None and recorded != bounds.created else None
+    return BACKWARDS if int(offset["seq"]) > bounds.last_seq else None
+
+
+def restart_seq(bounds: StreamBounds) -> int:
+    """The offset from which a recreated stream is read: everything it holds."""
+    return offset_before(bounds.first_seq) if bounds.first_seq else bounds.last_seq
 
 
 def offset_partitions(offset: dict, default: int) -> int:

@@ -21,17 +21,19 @@ from pyspark.sql.streaming.datasource import (
 )
 
 from . import jsapi, runtime
-from .errors import DataLossError, JetStreamApiError, StreamConfigError
+from .errors import DataLossError, JetStreamApiError, StreamConfigError, StreamRecreatedError
 from .logs import get_logger
 from .options import SourceOptions
 from .planning import (
     StreamBounds,
     end_seq,
+    identity_change,
     initial_seq,
     lost_range,
     make_offset,
     offset_partitions,
     offset_seq,
+    restart_seq,
     split_range,
 )
 
@@ -41,12 +43,14 @@ T = TypeVar("T")
 
 @dataclass(frozen=True)
 class JetStreamPartition(InputPartition):
-    """One Spark task's inclusive sequence range."""
+    """One Spark task's inclusive sequence range (of the stream created at ``created``, when set:
+    the partition checks that it still reads that stream)."""
 
     stream: str
     index: int
     first: int
     last: int
+    created: str | None = None
 
 
 def _ask_server(opts: SourceOptions, call: Callable[[], Coroutine[Any, Any, T]], what: str) -> T:
@@ -87,7 +91,17 @@ def _bounds(opts: SourceOptions) -> StreamBounds:
         what = f"KV bucket '{opts.bucket}' (stream {opts.stream})" if opts.bucket else f"Stream '{opts.stream}'"
         raise StreamConfigError(f"{what} does not exist. Check the option '{'bucket' if opts.bucket else 'stream'}'.")
     state = reply["state"]
-    return StreamBounds(first_seq=int(state.get("first_seq", 0)), last_seq=int(state.get("last_seq", 0)))
+    return StreamBounds(first_seq=int(state.get("first_seq", 0)), last_seq=int(state.get("last_seq", 0)),
+                        created=reply.get("created"))
+
+
+def _recreated(opts: SourceOptions, offset: dict, bounds: StreamBounds, going_on: str) -> None:
+    """A stream recreated since ``offset`` was planned: fail, or warn and go on (``failOnDataLoss``)."""
+    error = StreamRecreatedError(opts.stream, int(offset["seq"]), offset.get("created"), bounds.last_seq,
+                                 bounds.created)
+    if opts.fail_on_data_loss:
+        raise error
+    log.warning("%s %s (failOnDataLoss=false).", error, going_on)
 
 
 def _starting_seq(opts: SourceOptions, bounds: StreamBounds) -> int:
@@ -102,7 +116,7 @@ def _starting_seq(opts: SourceOptions, bounds: StreamBounds) -> int:
 
 
 def _plan_partitions(opts: SourceOptions, start: int, end: int, bounds: StreamBounds,
-                     num_partitions: int | None = None) -> list[JetStreamPartition]:
+                     num_partitions: int | None = None, check_identity: bool = False) -> list[JetStreamPartition]:
     lost = lost_range(start, end, bounds)
     if lost is not None:
         error = DataLossError(opts.stream, lost[0], lost[1], bounds.first_seq)
@@ -110,7 +124,8 @@ def _plan_partitions(opts: SourceOptions, start: int, end: int, bounds: StreamBo
             raise error
         log.warning("%s Going on from sequence %d (failOnDataLoss=false).", error, lost[1] + 1)
         start = lost[1]
-    return [JetStreamPartition(opts.stream, r.index, r.first, r.last)
+    created = bounds.created if check_identity else None
+    return [JetStreamPartition(opts.stream, r.index, r.first, r.last, created)
             for r in split_range(start, end, num_partitions or opts.num_partitions)]
 
 
@@ -119,7 +134,7 @@ def _read(opts: SourceOptions, partition: JetStreamPartition) -> Iterator[Any]:
 
     if not isinstance(partition, JetStreamPartition):
         return  # Spark reads one default partition when a batch plan has none: an empty range
-    yield from read_partition(opts, partition.stream, partition.first, partition.last)
+    yield from read_partition(opts, partition.stream, partition.first, partition.last, created=partition.created)
 
 
 class JetStreamBatchReader(DataSourceReader):
@@ -131,7 +146,8 @@ class JetStreamBatchReader(DataSourceReader):
         self.start = _starting_seq(opts, bounds)
         last = bounds.last_seq if opts.ending_seq is None else min(opts.ending_seq, bounds.last_seq)
         self.end = max(last, self.start)
-        self._partitions = _plan_partitions(opts, self.start, self.end, bounds)
+        # Each partition checks that the stream was not recreated between this plan and its read.
+        self._partitions = _plan_partitions(opts, self.start, self.end, bounds, check_identity=True)
 
     def partitions(self) -> list[JetStreamPartition]:
         return self._partitions
@@ -148,11 +164,12 @@ class JetStreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         self._latest: int | None = None
         self._target: int | None = None
 
-    def _offset(self, seq: int) -> dict:
-        return make_offset(self.opts.stream, seq, self.opts.num_partitions)
+    def _offset(self, seq: int, bounds: StreamBounds) -> dict:
+        return make_offset(self.opts.stream, seq, self.opts.num_partitions, bounds.created)
 
     def initialOffset(self) -> dict:
-        return self._offset(_starting_seq(self.opts, _bounds(self.opts)))
+        bounds = _bounds(self.opts)
+        return self._offset(_starting_seq(self.opts, bounds), bounds)
 
     def getDefaultReadLimit(self) -> ReadLimit:
         n = self.opts.max_messages_per_trigger
@@ -160,24 +177,41 @@ class JetStreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
         bounds = _bounds(self.opts)
-        self._latest = bounds.last_seq
+        self._latest = bounds
+        first = offset_seq(start, self.opts.stream)
+        reset = None
+        if identity_change(start, bounds) is not None:
+            reset = restart_seq(bounds)
+            _recreated(self.opts, start, bounds, f"Reading the new stream from sequence {reset + 1}")
+            first = reset
+            if self._target is not None:  # an AvailableNow target of the old stream means nothing in the new one
+                self._target = bounds.last_seq
         latest = bounds.last_seq if self._target is None else min(bounds.last_seq, self._target)
         max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else None
-        return self._offset(end_seq(offset_seq(start, self.opts.stream), latest, max_rows))
+        end = self._offset(end_seq(first, latest, max_rows), bounds)
+        if reset is not None:
+            end["reset"] = reset  # this batch reads (reset, end] of the new stream, on replays too
+        return end
 
     def reportLatestOffset(self) -> dict | None:
-        return None if self._latest is None else self._offset(self._latest)
+        return None if self._latest is None else self._offset(self._latest.last_seq, self._latest)
 
     def prepareForTriggerAvailableNow(self) -> None:
         self._target = _bounds(self.opts).last_seq
 
     def partitions(self, start: dict, end: dict) -> list[JetStreamPartition]:
         s, e = offset_seq(start, self.opts.stream), offset_seq(end, self.opts.stream)
+        if "reset" in end:
+            s = int(end["reset"])  # the batch that follows a recreation of the stream
         if e <= s:
             return []
+        bounds = _bounds(self.opts)
+        if identity_change(end, bounds) is not None:
+            # Planned (and logged) against a stream that has been recreated since: a replay after a crash.
+            _recreated(self.opts, end, bounds, "This micro-batch's range belonged to the old stream and is skipped")
+            return []
         # A replayed batch is split as its first attempt was: the count is in the logged offset.
-        return _plan_partitions(self.opts, s, e, _bounds(self.opts),
-                                offset_partitions(end, self.opts.num_partitions))
+        return _plan_partitions(self.opts, s, e, bounds, offset_partitions(end, self.opts.num_partitions))
 
     def read(self, partition: JetStreamPartition) -> Iterator[Any]:
         return _read(self.opts, partition)

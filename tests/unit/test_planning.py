@@ -2,16 +2,20 @@
 
 import pytest
 
-from pyspark_jetstream.errors import DataLossError, JetStreamConnectorError
+from pyspark_jetstream.errors import DataLossError, JetStreamConnectorError, StreamRecreatedError
 from pyspark_jetstream.planning import (
+    BACKWARDS,
+    RECREATED,
     SeqRange,
     StreamBounds,
     end_seq,
+    identity_change,
     initial_seq,
     lost_range,
     make_offset,
     offset_partitions,
     offset_seq,
+    restart_seq,
     split_range,
 )
 
@@ -87,3 +91,38 @@ def test_the_split_is_recorded_with_the_offset_and_read_back():
     assert offset_partitions(offset, default=8) == 3  # a replay splits as the first attempt did
     assert offset_partitions(make_offset("S", 50), default=8) == 8  # an offset from before the count was recorded
     assert offset_partitions({"stream": "S", "seq": 1, "partitions": 0}, default=2) == 2
+
+
+T1, T2 = "2026-11-23T10:00:00.000000001Z", "2026-11-23T11:00:00.5Z"
+
+
+@pytest.mark.parametrize(
+    "offset, bounds, change",
+    [
+        (make_offset("S", 100, 2, T1), StreamBounds(1, 130, T1), None),  # the same stream, grown
+        (make_offset("S", 100, 2, T1), StreamBounds(50, 100, T1), None),  # the same stream, head purged
+        (make_offset("S", 100, 2, T1), StreamBounds(1, 30, T2), RECREATED),  # recreated: fewer messages
+        (make_offset("S", 100, 2, T1), StreamBounds(1, 500, T2), RECREATED),  # recreated: already past the offset
+        (make_offset("S", 100, 2, T1), StreamBounds(1, 30, None), None),  # no identity to compare (never here)
+        (make_offset("S", 100), StreamBounds(1, 30, T2), BACKWARDS),  # an offset of an earlier release
+        (make_offset("S", 100), StreamBounds(1, 100, T2), None),
+        (make_offset("S", 100), StreamBounds(1, 500, T2), None),  # a recreation it cannot see
+    ],
+)
+def test_identity_change(offset, bounds, change):
+    assert identity_change(offset, bounds) == change
+
+
+def test_a_recreated_stream_is_read_from_its_first_sequence():
+    assert restart_seq(StreamBounds(1, 30, T2)) == 0
+    assert restart_seq(StreamBounds(7, 30, T2)) == 6
+    assert restart_seq(StreamBounds(0, 0, T2)) == 0  # empty
+
+
+def test_recreated_error_says_what_happened_and_what_to_do():
+    text = str(StreamRecreatedError("RC", 100, T1, 30, T2))
+    assert "stream 'RC'" in text and "deleted and created again" in text and T1 in text and T2 in text
+    assert "failOnDataLoss" in text and "checkpointLocation" in text
+    backwards = str(StreamRecreatedError("RC", 100, None, 30, T2))
+    assert "sequence went backwards" in backwards and "sequence 100" in backwards and "ends at 30" in backwards
+    assert isinstance(StreamRecreatedError("RC", 1, None, 0, None), DataLossError)
