@@ -77,14 +77,15 @@ def _int_header(headers: dict[str, str], name: str) -> int | None:
 
 class PartitionReader:
     def __init__(self, opts: SourceOptions, stream: str, first: int, last: int, out: queue.Queue,
-                 created: str | None = None) -> None:
+                 created: str | None = None, max_age: float = 0.0) -> None:
         self.opts = opts
         self.stream = stream
         self.first = first
         self.last = last
         self.out = out
         self.created = created  # the stream's identity when the range was planned (batch reads)
-        self.builder = BatchBuilder(stream, include_markers=opts.include_markers, kv_bucket=opts.bucket)
+        self.builder = BatchBuilder(stream, include_markers=opts.include_markers, kv_bucket=opts.bucket,
+                                    max_age=max_age)
         self.engine = PullEngine(opts.consume, range_left=last - first + 1, now=time.monotonic())
         self.last_sseq = first - 1
         self.last_dseq = 0
@@ -502,7 +503,7 @@ def _builds(raw: RawBatch) -> bool:
 
 
 def read_partition(opts: SourceOptions, stream: str, first: int, last: int,
-                   created: str | None = None) -> Iterator[Any]:
+                   created: str | None = None, max_age: float = 0.0) -> Iterator[Any]:
     """Yield the partition's RecordBatches on Spark's thread while the loop thread reads.
 
     Every wait has a deadline: the reader fails itself after ``consume.maxWait``
@@ -510,7 +511,7 @@ def read_partition(opts: SourceOptions, stream: str, first: int, last: int,
     should the reader neither deliver nor fail.
     """
     out: queue.Queue = queue.Queue()
-    reader = PartitionReader(opts, stream, first, last, out, created)
+    reader = PartitionReader(opts, stream, first, last, out, created, max_age)
     loop = runtime.loop()
     runtime.submit(reader.start())
     poll = min(5.0, opts.max_wait)

@@ -35,6 +35,7 @@ class StreamBounds:
     first_seq: int
     last_seq: int
     created: str | None = None  # the stream's creation time: its identity (a recreated stream restarts at 1)
+    max_age: float = 0.0  # the stream's MaxAge in seconds when planned (0: none); bounds expires_at
 
 
 def make_offset(stream: str, seq: int, partitions: int | None = None, created: str | None = None) -> dict:

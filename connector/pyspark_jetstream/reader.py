@@ -51,6 +51,7 @@ class JetStreamPartition(InputPartition):
     first: int
     last: int
     created: str | None = None
+    max_age: float = 0.0  # the stream's MaxAge (seconds) at planning, for expires_at
 
 
 def _ask_server(opts: SourceOptions, call: Callable[[], Coroutine[Any, Any, T]], what: str) -> T:
@@ -92,7 +93,7 @@ def _bounds(opts: SourceOptions) -> StreamBounds:
         raise StreamConfigError(f"{what} does not exist. Check the option '{'bucket' if opts.bucket else 'stream'}'.")
     state = reply["state"]
     return StreamBounds(first_seq=int(state.get("first_seq", 0)), last_seq=int(state.get("last_seq", 0)),
-                        created=reply.get("created"))
+                        created=reply.get("created"), max_age=int(reply["config"].get("max_age") or 0) / 1e9)
 
 
 def _recreated(opts: SourceOptions, offset: dict, bounds: StreamBounds, going_on: str) -> None:
@@ -125,7 +126,7 @@ def _plan_partitions(opts: SourceOptions, start: int, end: int, bounds: StreamBo
         log.warning("%s Going on from sequence %d (failOnDataLoss=false).", error, lost[1] + 1)
         start = lost[1]
     created = bounds.created if check_identity else None
-    return [JetStreamPartition(opts.stream, r.index, r.first, r.last, created)
+    return [JetStreamPartition(opts.stream, r.index, r.first, r.last, created, bounds.max_age)
             for r in split_range(start, end, num_partitions or opts.num_partitions)]
 
 
@@ -134,7 +135,8 @@ def _read(opts: SourceOptions, partition: JetStreamPartition) -> Iterator[Any]:
 
     if not isinstance(partition, JetStreamPartition):
         return  # Spark reads one default partition when a batch plan has none: an empty range
-    yield from read_partition(opts, partition.stream, partition.first, partition.last, created=partition.created)
+    yield from read_partition(opts, partition.stream, partition.first, partition.last, created=partition.created,
+                              max_age=partition.max_age)
 
 
 class JetStreamBatchReader(DataSourceReader):

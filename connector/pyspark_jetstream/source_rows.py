@@ -28,8 +28,6 @@ SOURCE_SCHEMA_DDL = (
 )
 KV_SCHEMA_DDL = SOURCE_SCHEMA_DDL + ", key string, operation string"
 
-_MARKER = b"Nats-Marker-Reason:"
-
 MAX_TIMESTAMP_US = 253_402_300_799_999_999
 """9999-12-31T23:59:59.999999Z in microseconds: the last instant Spark's timestamp type holds."""
 
@@ -63,12 +61,18 @@ def parse_headers(block: bytes) -> dict[str, list[str]]:
 
 
 class BatchBuilder:
-    """Accumulates one partition's messages; :meth:`take` hands them over as a :class:`RawBatch`."""
+    """Accumulates one partition's messages; :meth:`take` hands them over as a :class:`RawBatch`.
 
-    def __init__(self, stream: str, *, include_markers: bool = True, kv_bucket: str | None = None) -> None:
+    ``max_age`` is the stream's MaxAge in seconds (0: none) as planned: ``expires_at`` is the
+    time the server removes a message by age, the earlier of its TTL and MaxAge.
+    """
+
+    def __init__(self, stream: str, *, include_markers: bool = True, kv_bucket: str | None = None,
+                 max_age: float = 0.0) -> None:
         self.stream = stream
         self.include_markers = include_markers
         self.kv_prefix = f"$KV.{kv_bucket}." if kv_bucket else None
+        self.max_age_us = int(max_age * 1_000_000)
         self.schema = arrow_schema(kv_bucket is not None)
         self._reset()
 
@@ -82,21 +86,17 @@ class BatchBuilder:
     def __len__(self) -> int:
         return len(self.seqs)
 
-    def add(self, subject: bytes, data: bytes, headers: bytes | None, seq: int, ts_ns: int) -> bool:
-        """Append one message; False when it is a marker and markers are excluded."""
-        if headers is not None and not self.include_markers and _MARKER in headers:
-            return False
+    def add(self, subject: bytes, data: bytes, headers: bytes | None, seq: int, ts_ns: int) -> None:
+        """Append one message (markers too: ``includeMarkers=false`` drops them once headers are parsed)."""
         self.subjects.append(subject)
         self.datas.append(data)
         self.header_blocks.append(headers)
         self.seqs.append(seq)
         self.times.append(ts_ns)
-        return True
 
     def take(self) -> RawBatch:
         """The messages added so far, as plain lists (cheap: no decoding); the builder starts over."""
-        raw = RawBatch(self.stream, self.kv_prefix, self.schema, self.subjects, self.datas, self.header_blocks,
-                       self.seqs, self.times)
+        raw = RawBatch(self, self.subjects, self.datas, self.header_blocks, self.seqs, self.times)
         self._reset()
         return raw
 
@@ -115,16 +115,19 @@ def _strings(values: list[bytes]) -> Any:
         return pa.array([v.decode("utf-8", "replace") for v in values], pa.string())
 
 
+KV_OPERATION_OF_MARKER = {"MaxAge": "PURGE", "Purge": "PURGE", "Remove": "DEL"}
+"""How a KV reader sees a server-placed marker (nats-py's and nats.js's KV watchers map them so)."""
+
+
 class RawBatch:
     """One batch's messages as the I/O loop received them, built into Arrow on Spark's thread."""
 
-    __slots__ = ("stream", "kv_prefix", "schema", "subjects", "datas", "header_blocks", "seqs", "times")
+    __slots__ = ("config", "stream", "subjects", "datas", "header_blocks", "seqs", "times")
 
-    def __init__(self, stream: str, kv_prefix: str | None, schema: Any, subjects: list[bytes], datas: list[bytes],
+    def __init__(self, config: BatchBuilder, subjects: list[bytes], datas: list[bytes],
                  header_blocks: list[bytes | None], seqs: list[int], times: list[int]) -> None:
-        self.stream = stream
-        self.kv_prefix = kv_prefix
-        self.schema = schema
+        self.config = config  # stream, KV prefix, schema, markers, MaxAge: read only
+        self.stream = config.stream
         self.subjects = subjects
         self.datas = datas
         self.header_blocks = header_blocks
@@ -136,21 +139,26 @@ class RawBatch:
 
     def row(self, i: int) -> RawBatch:
         """Message ``i`` alone (to find which message a failed build choked on)."""
-        return RawBatch(self.stream, self.kv_prefix, self.schema, self.subjects[i:i + 1], self.datas[i:i + 1],
-                        self.header_blocks[i:i + 1], self.seqs[i:i + 1], self.times[i:i + 1])
+        return RawBatch(self.config, self.subjects[i:i + 1], self.datas[i:i + 1], self.header_blocks[i:i + 1],
+                        self.seqs[i:i + 1], self.times[i:i + 1])
 
     def build(self) -> Any:
         import pyarrow as pa
         import pyarrow.compute as pc
 
+        cfg = self.config
+        kv_prefix = cfg.kv_prefix
+        max_age_us = cfg.max_age_us
         n = len(self.seqs)
         ts_type = pa.timestamp("us", tz="UTC")
         times_us = pc.divide(pa.array(self.times, pa.int64()), 1000)
         headers: list[Any] = [None] * n
         ttls: list[str | None] = [None] * n
-        expires: list[int | None] = [None] * n
+        # The server removes a message by age at the earlier of timestamp + TTL and timestamp + MaxAge;
+        # only a 'never' TTL exempts it from MaxAge.
+        expires: list[int | None] = [t // 1000 + max_age_us for t in self.times] if max_age_us else [None] * n
         markers: list[str | None] = [None] * n
-        ops: list[str | None] = ["PUT"] * n if self.kv_prefix else []
+        ops: list[str | None] = ["PUT"] * n if kv_prefix else []
         ttl_seconds: dict[str, int | None] = {}  # TTL values repeat; parse each once per batch
         for i, block in enumerate(self.header_blocks):
             if block is None:
@@ -170,18 +178,25 @@ class RawBatch:
                     except InvalidTtl:
                         seconds = None
                     ttl_seconds[ttl[0]] = seconds
-                if seconds and seconds > 0:
-                    expiry = self.times[i] // 1000 + seconds * 1_000_000
-                    expires[i] = expiry if expiry <= MAX_TIMESTAMP_US else None
+                if seconds == -1:
+                    expires[i] = None  # never
+                elif seconds and seconds > 0:
+                    by_ttl = self.times[i] // 1000 + seconds * 1_000_000
+                    expires[i] = by_ttl if expires[i] is None else min(expires[i], by_ttl)
             marker = parsed.get("Nats-Marker-Reason")
             if marker:
                 markers[i] = marker[0]
-            if self.kv_prefix and parsed.get("KV-Operation"):
-                ops[i] = parsed["KV-Operation"][0]
+            if kv_prefix:
+                operation = parsed.get("KV-Operation")
+                if operation:
+                    ops[i] = operation[0]
+                elif marker:
+                    ops[i] = KV_OPERATION_OF_MARKER.get(marker[0])  # null for a reason not known here
+        expires = [e if e is None or e <= MAX_TIMESTAMP_US else None for e in expires]
         columns = [
             _strings(self.subjects),
             pa.array(self.datas, pa.binary()),
-            pa.array(headers, self.schema.field("headers").type),
+            pa.array(headers, cfg.schema.field("headers").type),
             pa.array([self.stream] * n, pa.string()),
             pa.array(self.seqs, pa.int64()),
             times_us.cast(ts_type),
@@ -189,8 +204,12 @@ class RawBatch:
             pa.array(expires, pa.int64()).cast(ts_type),
             pa.array(markers, pa.string()),
         ]
-        if self.kv_prefix:
-            cut = len(self.kv_prefix)
+        if kv_prefix:
+            cut = len(kv_prefix)
             columns.append(_strings([s[cut:] for s in self.subjects]))
             columns.append(pa.array(ops, pa.string()))
-        return pa.RecordBatch.from_arrays(columns, schema=self.schema)
+        batch = pa.RecordBatch.from_arrays(columns, schema=cfg.schema)
+        if not cfg.include_markers and any(m is not None for m in markers):
+            # Decided on the parsed header name only: a look-alike name or value is not a marker.
+            batch = batch.filter(pa.array([m is None for m in markers]))
+        return batch

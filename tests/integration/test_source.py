@@ -334,3 +334,48 @@ def test_messages_no_schema_can_hold_are_read_not_hung(spark, nats_server, nats_
         (4, b"m0", None, None)]
     assert rows[2].subject == f"{stream_name}.odd.\ufffd\ufffd"
     assert dict(rows[1].headers)["Nats-TTL"] == [huge]
+
+
+def test_kv_keys_removed_by_their_ttl_read_as_purge_like_nats_py_sees_them(spark, nats_server, nats_client):
+    """A key created with a per-key TTL in a bucket with limit markers: when it expires the server
+    writes a MaxAge marker, which nats-py's KV API (history, get) reports as PURGE. The change log
+    says the same, field by field, with marker_reason kept."""
+    from nats.js.api import KeyValueConfig
+
+    kv = nats_client.run(nats_client.js.create_key_value(KeyValueConfig(bucket="ttlkv", history=1,
+                                                                          limit_marker_ttl=60)))
+    nats_client.run(kv.create("short", b"gone-soon", msg_ttl=2))
+    nats_client.run(kv.put("stay", b"here"))
+
+    def py_ops(key):
+        return [(e.operation or "PUT", e.value or b"") for e in nats_client.run(kv.history(key))]
+
+    wait_until(lambda: py_ops("short") == [("PURGE", b"")], timeout=20, what="nats-py sees the expired key purged")
+    rows = read(spark, nats_server, bucket="ttlkv").orderBy("seq").collect()
+    assert [(r.key, r.operation, r.data) for r in rows] == [("stay", "PUT", b"here"), ("short", "PURGE", b"")]
+    assert [(r.operation, r.data) for r in rows if r.key == "short"] == py_ops("short")
+    assert rows[1].marker_reason == "MaxAge" and rows[0].marker_reason is None
+
+
+def test_expires_at_is_the_earlier_of_ttl_and_max_age(spark, nats_server, nats_client, stream_name):
+    nats_client.add_stream(stream_name, [f"{stream_name}.>"], allow_msg_ttl=True, max_age=3 * 10**9)
+    publish(nats_client, f"{stream_name}.long", 1, headers=b"NATS/1.0\r\nNats-TTL: 60s\r\n\r\n")
+    publish(nats_client, f"{stream_name}.short", 1, headers=b"NATS/1.0\r\nNats-TTL: 1\r\n\r\n")
+    publish(nats_client, f"{stream_name}.never", 1, headers=b"NATS/1.0\r\nNats-TTL: never\r\n\r\n")
+    publish(nats_client, f"{stream_name}.plain", 1)
+    rows = {r.subject.split(".")[1]: r for r in read(spark, nats_server, stream=stream_name).collect()}
+    left = {k: None if r.expires_at is None else (r.expires_at - r.timestamp).total_seconds() for k, r in rows.items()}
+    assert left["long"] == 3 and left["never"] is None and left["plain"] == 3
+    assert left.get("short") in (1, None)  # read before or after it expired
+    assert rows["long"].ttl == "60s"
+    # The server agrees: the 60s message is gone by its MaxAge; 'never' stays.
+    wait_until(lambda: {m.subject.split(".")[1] for m in nats_client.messages(stream_name)} == {"never"},
+               timeout=20, what="MaxAge removed the 60s message")
+
+
+def test_include_markers_false_keeps_look_alike_headers(spark, nats_server, nats_client, stream_name):
+    nats_client.add_stream(stream_name, [f"{stream_name}.>"])
+    publish(nats_client, f"{stream_name}.a", 1, headers=b"NATS/1.0\r\nX-Nats-Marker-Reason: none\r\n\r\n")
+    publish(nats_client, f"{stream_name}.b", 1, headers=b"NATS/1.0\r\nX-Note: Nats-Marker-Reason: MaxAge\r\n\r\n")
+    rows = read(spark, nats_server, stream=stream_name, includeMarkers="false").orderBy("seq").collect()
+    assert [(r.seq, r.marker_reason) for r in rows] == [(1, None), (2, None)]

@@ -31,13 +31,32 @@ def test_never_and_invalid_ttls_have_no_expiry():
     assert (rows[1]["expires_at"] - rows[1]["timestamp"]).total_seconds() == 1  # the server truncates
 
 
-def test_markers_are_kept_or_dropped():
+def test_markers_are_kept_or_dropped_by_the_parsed_header_name():
     marker = b"NATS/1.0\r\nNats-Marker-Reason: MaxAge\r\nNats-TTL: 2s\r\nNats-Rollup: sub\r\n\r\n"
+    look_alikes = [b"NATS/1.0\r\nX-Nats-Marker-Reason: none\r\n\r\n",
+                   b"NATS/1.0\r\nX-Note: Nats-Marker-Reason: MaxAge\r\n\r\n"]
     keep = BatchBuilder("S")
-    assert keep.add(b"a", b"", marker, 3, TS)
+    keep.add(b"a", b"", marker, 3, TS)
     assert keep.build().to_pylist()[0]["marker_reason"] == "MaxAge"
     drop = BatchBuilder("S", include_markers=False)
-    assert not drop.add(b"a", b"", marker, 3, TS) and len(drop) == 0
+    drop.add(b"a", b"x", look_alikes[0], 1, TS)
+    drop.add(b"a", b"", marker, 2, TS)
+    drop.add(b"a", b"y", look_alikes[1], 3, TS)
+    rows = drop.build().to_pylist()
+    assert [(r["seq"], r["marker_reason"]) for r in rows] == [(1, None), (3, None)]
+
+
+def test_expiry_is_the_earlier_of_ttl_and_max_age_and_never_is_exempt():
+    b = BatchBuilder("S", max_age=5.0)
+    b.add(b"a", b"", None, 1, TS)  # no TTL: MaxAge
+    b.add(b"a", b"", b"NATS/1.0\r\nNats-TTL: 60s\r\n\r\n", 2, TS)  # MaxAge wins over a longer TTL
+    b.add(b"a", b"", b"NATS/1.0\r\nNats-TTL: 2\r\n\r\n", 3, TS)  # a shorter TTL wins
+    b.add(b"a", b"", b"NATS/1.0\r\nNats-TTL: never\r\n\r\n", 4, TS)  # exempt from MaxAge
+    b.add(b"a", b"", b"NATS/1.0\r\nX: 1\r\n\r\n", 5, TS)  # headers, no TTL: MaxAge
+    rows = b.build().to_pylist()
+    left = [None if r["expires_at"] is None else (r["expires_at"] - r["timestamp"]).total_seconds() for r in rows]
+    assert left == [5, 5, 2, None, 5]
+    assert [r["ttl"] for r in rows] == [None, "60s", "2", "never", None]  # as stored, always
 
 
 def test_kv_columns():
@@ -46,6 +65,15 @@ def test_kv_columns():
     b.add(b"$KV.cfg.x", b"", b"NATS/1.0\r\nKV-Operation: DEL\r\n\r\n", 2, TS)
     rows = b.build().to_pylist()
     assert [(r["key"], r["operation"]) for r in rows] == [("a.b", "PUT"), ("x", "DEL")]
+
+
+def test_kv_server_markers_map_to_operations_as_kv_watchers_do():
+    b = BatchBuilder("KV_cfg", kv_bucket="cfg")
+    for seq, reason in enumerate(["MaxAge", "Purge", "Remove"], start=1):
+        b.add(b"$KV.cfg.k", b"", f"NATS/1.0\r\nNats-Marker-Reason: {reason}\r\nNats-TTL: 1s\r\n\r\n".encode(), seq, TS)
+    rows = b.build().to_pylist()
+    assert [(r["operation"], r["marker_reason"]) for r in rows] == [("PURGE", "MaxAge"), ("PURGE", "Purge"),
+                                                                     ("DEL", "Remove")]
 
 
 def test_odd_headers_and_binary_payloads_come_through():
