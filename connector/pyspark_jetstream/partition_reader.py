@@ -34,8 +34,14 @@ from collections.abc import Iterator
 from typing import Any
 
 from . import runtime
-from .errors import DataLossError, PartitionReadError, StreamConfigError, StreamRecreatedError
-from .jsapi import is_transient, next_message, request, retry_delays, stream_info
+from .errors import (
+    DataLossError,
+    JetStreamApiError,
+    PartitionReadError,
+    StreamConfigError,
+    StreamRecreatedError,
+)
+from .jsapi import ERR_MAXIMUM_CONSUMERS, is_transient, next_message, request, retry_delays, stream_info
 from .logs import get_logger
 from .metadata import fast_fields
 from .options import SourceOptions
@@ -428,6 +434,13 @@ class PartitionReader:
                 await self._create_consumer(start_seq)
                 return
             except Exception as exc:
+                if isinstance(exc, JetStreamApiError) and exc.err_code == ERR_MAXIMUM_CONSUMERS:
+                    self._fail(PartitionReadError(
+                        f"Reading stream '{self.stream}' sequences {self.first}..{self.last} needs a consumer, and "
+                        f"the stream's consumer limit (max_consumers) is reached: {exc.description}. Each partition "
+                        "of a read holds one consumer while it reads: lower the option 'numPartitions', or raise "
+                        "the stream's max_consumers."))
+                    return
                 if not is_transient(exc):
                     self._fail(exc)
                     return

@@ -91,6 +91,13 @@ def _bounds(opts: SourceOptions) -> StreamBounds:
     if reply is None:
         what = f"KV bucket '{opts.bucket}' (stream {opts.stream})" if opts.bucket else f"Stream '{opts.stream}'"
         raise StreamConfigError(f"{what} does not exist. Check the option '{'bucket' if opts.bucket else 'stream'}'.")
+    if str(reply["config"].get("retention", "limits")).lower() == "workqueue":
+        raise StreamConfigError(
+            f"Stream '{opts.stream}' has WorkQueue retention: a message is removed once it is acknowledged, so a "
+            "reader would have to remove what it reads, and a replayed micro-batch or a retried task could not "
+            f"read it again (no exactly-once, and the stream's own consumers would lose it). Mirror it into a "
+            f"Limits stream and read the mirror, e.g. `nats stream add {opts.stream}_COPY --mirror {opts.stream}`."
+        )
     state = reply["state"]
     return StreamBounds(first_seq=int(state.get("first_seq", 0)), last_seq=int(state.get("last_seq", 0)),
                         created=reply.get("created"), max_age=int(reply["config"].get("max_age") or 0) / 1e9)

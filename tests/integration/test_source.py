@@ -379,3 +379,45 @@ def test_include_markers_false_keeps_look_alike_headers(spark, nats_server, nats
     publish(nats_client, f"{stream_name}.b", 1, headers=b"NATS/1.0\r\nX-Note: Nats-Marker-Reason: MaxAge\r\n\r\n")
     rows = read(spark, nats_server, stream=stream_name, includeMarkers="false").orderBy("seq").collect()
     assert [(r.seq, r.marker_reason) for r in rows] == [(1, None), (2, None)]
+
+
+def test_a_work_queue_stream_is_refused_when_the_read_is_planned(spark, nats_server, nats_client, stream_name):
+    nats_client.add_stream(stream_name, [f"{stream_name}.>"], retention="workqueue")
+    publish(nats_client, f"{stream_name}.x", 3)
+    with pytest.raises(Exception) as info:
+        read(spark, nats_server, stream=stream_name).collect()
+    text = str(info.value)
+    assert "StreamConfigError" in text and "WorkQueue retention" in text and "--mirror" in text
+    assert "CONSUMER.CREATE" not in text  # refused on the driver, before any task
+    assert nats_client.stream_state(stream_name)["messages"] == 3  # and nothing was taken from it
+
+
+def test_interest_mirror_and_sourced_streams_are_read_by_their_own_sequences(spark, nats_server, nats_client,
+                                                                            stream_name):
+    nats_client.add_stream(stream_name, [f"{stream_name}.>"], retention="interest")
+    nats_client.add_stream(stream_name + "L", [f"{stream_name}L.>"])
+    publish(nats_client, f"{stream_name}L.x", 5)
+    assert nats_client.api(f"STREAM.MSG.DELETE.{stream_name}L", {"seq": 2}).get("success")
+    nats_client.add_stream(stream_name + "M", [], mirror={"name": stream_name + "L"})
+    nats_client.add_stream(stream_name + "S", [], sources=[{"name": stream_name + "L"}])
+    wait_until(lambda: nats_client.stream_state(stream_name + "M")["messages"] == 4
+               and nats_client.stream_state(stream_name + "S")["messages"] == 4, timeout=30, what="mirrored")
+    mirror = [(r.seq, r.data) for r in read(spark, nats_server, stream=stream_name + "M").orderBy("seq").collect()]
+    sourced = [(r.seq, r.data) for r in read(spark, nats_server, stream=stream_name + "S").orderBy("seq").collect()]
+    assert mirror == [(1, b"m0"), (3, b"m2"), (4, b"m3"), (5, b"m4")]  # a mirror keeps the origin's sequences
+    assert sourced == [(1, b"m0"), (2, b"m2"), (3, b"m3"), (4, b"m4")]  # a sourced stream numbers its own
+    # An Interest stream is read as it is: what it holds now (here nothing, as no consumer is interested).
+    publish(nats_client, f"{stream_name}.x", 2)
+    assert read(spark, nats_server, stream=stream_name).collect() == []
+
+
+def test_the_consumer_limit_names_num_partitions(spark, nats_server, nats_client, stream_name):
+    nats_client.add_stream(stream_name, [f"{stream_name}.>"], max_consumers=1)
+    publish(nats_client, f"{stream_name}.x", 10)
+    holder = {"name": "holder", "durable_name": "holder", "ack_policy": "none"}
+    assert "error" not in nats_client.api(f"CONSUMER.CREATE.{stream_name}.holder",
+                                          {"stream_name": stream_name, "config": holder})
+    with pytest.raises(Exception) as info:
+        read(spark, nats_server, stream=stream_name, numPartitions="2").collect()
+    text = str(info.value)
+    assert "consumer limit (max_consumers) is reached" in text and "'numPartitions'" in text
