@@ -29,6 +29,9 @@ ROLLUP = "Nats-Rollup"
 TTL = "Nats-TTL"
 """ADR-43 per-message TTL; matched byte-exactly by the server."""
 
+RESERVED_PREFIX = "nats-"
+"""Header names NATS reserves (lower-cased): headers the server acts on or writes."""
+
 _NAME_RE = re.compile(r"[!-9;-~]+")  # visible ASCII except ':'
 
 _RESERVED_PREFIXES = ("nats-expected-",)

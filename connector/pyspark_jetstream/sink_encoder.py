@@ -12,6 +12,19 @@ Header precedence per row (each is validated like the column it stands for):
   entry in ``headers`` > option ``defaultTtl``. A zero TTL means no header.
 * Msg id: ``msg_id`` column > a ``Nats-Msg-Id`` entry in ``headers`` > the
   deterministic id (option ``idempotent``), see :class:`MsgIds`.
+
+**Rows as read.** A DataFrame that carries the source's ``stream`` and ``seq``
+columns holds rows as this connector read them, and its ``headers`` are what the
+server stored, including headers the server or the original publisher's client
+owns. From such rows the sink leaves out every header named ``Nats-*`` (NATS
+reserves the prefix for headers the server acts on or writes: expected-stream and
+expected-sequence checks, markers, roll-ups, message ids, TTLs, counters, batches,
+schedules), because re-sending them would be refused or would change what the
+server does; their effect travels in the ``ttl`` and ``msg_id`` columns. With
+``allowRollup`` a ``Nats-Rollup`` is kept (a copy that re-applies roll-ups, such
+as KV purges). Delete markers (``marker_reason`` set) are skipped and counted:
+null the column to write them as ordinary rows. Rows without the source's
+columns are the user's own and their headers are checked as such.
 """
 
 from __future__ import annotations
@@ -29,8 +42,9 @@ from .ttl import InvalidTtl, remaining_ttl_seconds, resolve_ttl
 INPUT_COLUMNS = ("subject", "data", "headers", "ttl", "expires_at", "msg_id")
 """Columns the sink publishes from (names matched case-insensitively)."""
 
-SOURCE_ONLY_COLUMNS = ("stream", "seq", "timestamp", "marker_reason")
-"""Columns the source produces and the sink ignores, so a read DataFrame can be written back."""
+SOURCE_ONLY_COLUMNS = ("stream", "seq", "timestamp", "marker_reason", "key", "operation")
+"""Columns the source produces (``key``/``operation`` for a KV bucket) and the sink does not publish,
+so a read DataFrame can be written back; ``stream``/``seq``/``marker_reason`` steer it (module docstring)."""
 
 _MAX_SHOWN = 120
 
@@ -49,6 +63,12 @@ class InputLayout:
     msg_id: str | None = None
     source_stream: str | None = None  # the source's ``stream`` and ``seq`` columns, when both are there
     source_seq: str | None = None
+    marker_reason: str | None = None  # the source's ``marker_reason`` column (rows set there are skipped)
+
+    @property
+    def as_read(self) -> bool:
+        """The rows came from this connector's source (module docstring, "Rows as read")."""
+        return self.source_stream is not None
 
     @property
     def can_carry_ttl(self) -> bool:
@@ -135,6 +155,7 @@ def layout_from_schema(schema: Any, *, has_default_subject: bool) -> InputLayout
         msg_id=msg_id.name if msg_id is not None else None,
         source_stream=source_stream.name if has_position else None,
         source_seq=source_seq.name if has_position else None,
+        marker_reason=by_name["marker_reason"].name if "marker_reason" in by_name else None,
     )
 
 
@@ -208,6 +229,7 @@ class EncodedBatch:
     frames: list[tuple[int, bytes]] = field(default_factory=list)
     rejected: list[RowRejection] = field(default_factory=list)
     expired: int = 0
+    markers_skipped: int = 0
 
 
 def shown(value: Any) -> Any:
@@ -271,6 +293,7 @@ class BatchEncoder:
         if by_content:
             src_streams = self._column(batch, lay.source_stream, n)
             src_seqs = self._column(batch, lay.source_seq, n)
+        markers = self._column(batch, lay.marker_reason, n)
         if cfg.preserve_expiry and now is None:
             now = dt.datetime.now(dt.timezone.utc)
         binary = lay.data_is_binary
@@ -283,6 +306,9 @@ class BatchEncoder:
 
         for i in range(n):
             pos = first_position + i
+            if markers[i] is not None:  # a delete marker the server placed: not data to copy
+                out.markers_skipped += 1
+                continue
             generated = None
             if ids is not None:
                 if by_content and src_streams[i] is not None and src_seqs[i] is not None:
@@ -370,11 +396,15 @@ class BatchEncoder:
     def _user_headers(self, row_headers: list[tuple[str, Any]], pairs: list[tuple[str, str]]) -> tuple[Any, Any]:
         ttl = msg_id = None
         allow_rollup = self.config.allow_rollup
+        as_read = self.layout.as_read
         for name, value in row_headers:
             lowered = name.lower() if isinstance(name, str) else None
             values = value if self.layout.headers_multi else [value]
             if values is None:
                 continue
+            if as_read and lowered is not None and lowered.startswith(hdrs.RESERVED_PREFIX) and not (
+                    allow_rollup and lowered == hdrs.ROLLUP.lower()):
+                continue  # owned by the server or the original publisher (module docstring)
             if lowered == "nats-ttl":
                 if ttl is not None:
                     raise hdrs.InvalidHeader("the headers carry Nats-TTL twice (in different cases)")

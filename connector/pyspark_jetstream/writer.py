@@ -66,6 +66,7 @@ class SinkCommitMessage(WriterCommitMessage):
     duplicates: int = 0
     dead_lettered: int = 0
     expired: int = 0
+    markers_skipped: int = 0
 
 
 def _escape(value: Any) -> str:
@@ -154,7 +155,7 @@ def write_partition(plan: SinkPlan, batches: Iterable[Any]) -> SinkCommitMessage
         return taken
 
     pub = runtime.run(open_publisher())
-    expired = 0
+    expired = markers_skipped = 0
 
     def divert(rejections: list[RowRejection], originals: dict[int, bytes] | None = None) -> None:
         if opts.dead_letter_subject is None:
@@ -200,6 +201,7 @@ def write_partition(plan: SinkPlan, batches: Iterable[Any]) -> SinkCommitMessage
             encoded = encoder.encode(batch, position, pub.reply_prefix)
             position += batch.num_rows
             expired += encoded.expired
+            markers_skipped += encoded.markers_skipped
             if encoded.rejected:
                 divert(encoded.rejected)
             if encoded.frames:
@@ -214,13 +216,13 @@ def write_partition(plan: SinkPlan, batches: Iterable[Any]) -> SinkCommitMessage
         # A failed task leaves nothing behind to be sent after a reconnect.
         runtime.run(pub.close() if finished else pub.abort(), timeout=60)
     message = SinkCommitMessage(partition=partition, published=pub.stored, duplicates=pub.duplicates,
-                                dead_lettered=pub.dead_lettered, expired=expired)
+                                dead_lettered=pub.dead_lettered, expired=expired, markers_skipped=markers_skipped)
     log.debug("JetStream sink task finished: %s", message)
     return message
 
 
 def log_totals(messages: Iterable[Any], batch_id: int | None = None) -> dict[str, int]:
-    totals = {"published": 0, "duplicates": 0, "dead_lettered": 0, "expired": 0}
+    totals = {"published": 0, "duplicates": 0, "dead_lettered": 0, "expired": 0, "markers_skipped": 0}
     for m in messages:
         if isinstance(m, SinkCommitMessage):
             for key in totals:
@@ -228,8 +230,9 @@ def log_totals(messages: Iterable[Any], batch_id: int | None = None) -> dict[str
     where = f"batch {batch_id}" if batch_id is not None else "write"
     log.info(
         "JetStream sink %s committed: %d published, %d duplicates dropped by the server, %d dead-lettered, "
-        "%d expired before publishing",
+        "%d expired before publishing%s",
         where, totals["published"], totals["duplicates"], totals["dead_lettered"], totals["expired"],
+        f", {totals['markers_skipped']} delete markers skipped" if totals["markers_skipped"] else "",
     )
     return totals
 

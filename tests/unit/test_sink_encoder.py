@@ -225,3 +225,43 @@ def test_layout_takes_the_source_position_only_with_the_right_types():
     for extra in ([("stream", StringType())], [("seq", LongType())], [("stream", StringType()), ("seq", StringType())]):
         lay = layout_from_schema(schema(*base, *extra), has_default_subject=False)
         assert lay.source_stream is None and lay.source_seq is None
+
+
+READ_TYPES = [("subject", pa.string()), ("data", pa.binary()), ("stream", pa.string()), ("seq", pa.int64()),
+              ("headers", pa.map_(pa.string(), pa.list_(pa.string()))), ("ttl", pa.string()),
+              ("marker_reason", pa.string())]
+READ_LAYOUT = InputLayout(subject="subject", headers="headers", headers_multi=True, ttl="ttl", source_stream="stream",
+                          source_seq="seq", marker_reason="marker_reason")
+STORED = [("Nats-Expected-Stream", ["SRC"]), ("Nats-Msg-Id", ["orig-1"]), ("Nats-TTL", ["1h"]),
+          ("X-Tag", ["a", "b"]), ("Nats-Expected-Last-Subject-Sequence", ["0"]), ("KV-Operation", ["DEL"]),
+          ("Nats-Rollup", ["sub"]), ("Nats-Counter-Incr", ["+1"]), ("nats-lowercase", ["x"])]
+
+
+def test_rows_as_read_leave_out_every_nats_header_and_keep_the_users():
+    row = {"subject": "t.a", "data": b"x", "stream": "SRC", "seq": 7, "headers": STORED, "ttl": "1h",
+           "marker_reason": None}
+    out = encode([row], READ_LAYOUT, ids=MsgIds("q:1", 0), types=READ_TYPES)
+    assert not out.rejected
+    headers = decode(out.frames[0][1])[1]
+    assert headers == {"Nats-Msg-Id": ["q:1:SRC.7"], "Nats-TTL": ["1h"], "X-Tag": ["a", "b"], "KV-Operation": ["DEL"]}
+
+
+def test_rows_as_read_keep_a_rollup_only_with_allow_rollup():
+    row = {"subject": "t.a", "data": b"", "stream": "SRC", "seq": 7, "headers": STORED, "ttl": None,
+           "marker_reason": None}
+    out = encode([row], READ_LAYOUT, config(allow_rollup=True), ids=MsgIds("q:1", 0), types=READ_TYPES)
+    assert decode(out.frames[0][1])[1]["Nats-Rollup"] == ["sub"]
+
+
+def test_delete_markers_are_skipped_and_counted():
+    rows = [{"subject": "t.a", "data": b"", "stream": "SRC", "seq": s, "headers": None, "ttl": None,
+             "marker_reason": m} for s, m in ((1, None), (2, "MaxAge"), (3, None))]
+    out = encode(rows, READ_LAYOUT, ids=MsgIds("q:1", 0), types=READ_TYPES)
+    assert [p for p, _ in out.frames] == [100, 102] and out.markers_skipped == 1 and not out.rejected
+
+
+def test_the_users_own_rows_still_refuse_reserved_headers():
+    rows = [{"subject": "a", "data": b"1", "headers": [("Nats-Expected-Stream", ["X"])]}]
+    types = [("subject", pa.string()), ("data", pa.binary()), ("headers", pa.map_(pa.string(), pa.list_(pa.string())))]
+    out = encode(rows, InputLayout(subject="subject", headers="headers", headers_multi=True), types=types)
+    assert not out.frames and "reserved" in out.rejected[0].reason

@@ -1,0 +1,72 @@
+"""A DataFrame read from a stream is written to another stream as it is, headers column kept.
+
+The sources hold what real producers leave in the header block: this sink's
+``Nats-Expected-Stream`` and ``Nats-Msg-Id``, TTLs, repeated user headers, a delete
+marker the server placed, and nats-py's expected-stream header. Every message of the
+copy is compared with its original, field by field.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+from pyspark.sql import functions as F
+
+from ..helpers import jetstream_writer, wait_until, write
+
+
+def _user_headers(headers: dict[str, list[str]]) -> dict[str, list[str]]:
+    return {k: v for k, v in headers.items() if not k.lower().startswith("nats-")}
+
+
+@pytest.mark.parametrize("preserve", [False, True], ids=["ttl", "preserveExpiry"])
+def test_copies_of_sink_and_nats_py_streams_round_trip(spark, nats_server, nats_client, stream_name, preserve):
+    sink_src, py_src, target = stream_name + "A", stream_name + "B", stream_name + "C"
+    # One message per subject, so that the 1s TTL is not raised to the 60s marker TTL (ADR-43).
+    nats_client.add_stream(sink_src, [f"{sink_src}.>"], allow_msg_ttl=True, subject_delete_marker_ttl=60 * 10**9,
+                           max_msgs_per_subject=1)
+    nats_client.add_stream(py_src, [f"{py_src}.>"])
+    nats_client.add_stream(target, [f"{target}.>"], allow_msg_ttl=True)
+    rows = [(f"{sink_src}.k{i}", f"v{i}", "1h" if i % 2 else None, {"X-Tag": ["t", str(i)], "X-One": [str(i)]})
+            for i in range(6)]
+    rows.append((f"{sink_src}.short", "gone", "1s", {"X-Tag": ["s"]}))  # expires: a MaxAge marker replaces it
+    write(spark.createDataFrame(rows, "subject string, data string, ttl string, headers map<string,array<string>>")
+          .coalesce(1), nats_server, stream=sink_src)
+    for i in range(3):
+        ack = nats_client.run(nats_client.js.publish(f"{py_src}.p{i}", f"py{i}".encode(), stream=py_src,
+                                                     headers={"X-From": "nats-py", "X-N": str(i)}))
+        assert ack.seq == i + 1
+    wait_until(lambda: any(m.headers.get("Nats-Marker-Reason") for m in nats_client.messages(sink_src)),
+               timeout=30, what="the server's MaxAge marker")
+    originals = {m.data: m for s in (sink_src, py_src) for m in nats_client.messages(s)}
+    assert all("Nats-Expected-Stream" in m.headers for k, m in originals.items() if k), "the sources carry them"
+
+    read = (spark.read.format("jetstream").option("servers", nats_server.url).option("stream", sink_src).load()
+            .unionByName(spark.read.format("jetstream").option("servers", nats_server.url).option("stream", py_src)
+                         .load()))
+    copy = read.withColumn("subject", F.concat(F.lit(f"{target}."), F.col("subject")))
+    if not preserve:
+        copy = copy.drop("expires_at")
+    options = {"stream": target, **({"preserveExpiry": "true"} if preserve else {})}
+    before = dt.datetime.now(dt.timezone.utc)
+    jetstream_writer(copy, nats_server.url, **options).save()
+
+    copied = {m.data: m for m in nats_client.messages(target)}
+    expected = {k: m for k, m in originals.items() if not m.headers.get("Nats-Marker-Reason")}
+    assert set(copied) == set(expected) and len(copied) == 9  # 6 + 3; the marker was skipped
+    for data, original in expected.items():
+        c = copied[data]
+        source_stream = sink_src if original.subject.startswith(sink_src) else py_src
+        assert c.subject == f"{target}.{original.subject}"
+        assert _user_headers(c.headers) == _user_headers(original.headers)
+        assert c.headers["Nats-Expected-Stream"] == [target]
+        assert c.headers["Nats-Msg-Id"][0].endswith(f":{source_stream}.{original.seq}")
+        if "Nats-TTL" not in original.headers:
+            assert "Nats-TTL" not in c.headers
+        elif not preserve:
+            assert c.headers["Nats-TTL"] == original.headers["Nats-TTL"]
+        else:  # the copy keeps the original's absolute expiry: the TTL left, rounded up
+            left = int(c.headers["Nats-TTL"][0])
+            original_expiry = dt.datetime.fromisoformat(original.time[:26] + "+00:00") + dt.timedelta(hours=1)
+            assert 0 < left <= 3600 and before + dt.timedelta(seconds=left - 1) <= original_expiry
