@@ -421,3 +421,14 @@ def test_the_consumer_limit_names_num_partitions(spark, nats_server, nats_client
         read(spark, nats_server, stream=stream_name, numPartitions="2").collect()
     text = str(info.value)
     assert "consumer limit (max_consumers) is reached" in text and "'numPartitions'" in text
+
+
+def test_header_values_are_trimmed_as_other_nats_clients_read_them(spark, nats_server, nats_client, stream_name):
+    nats_client.add_stream(stream_name, [f"{stream_name}.>"])
+    block = b"NATS/1.0\r\nX-Pad:   padded  \r\nX-Inner: a  b\r\n\r\n"
+    assert "error" not in nats_client.publish_raw(f"{stream_name}.x", block, b"p")
+    [row] = read(spark, nats_server, stream=stream_name).collect()
+    sub = nats_client.run(nats_client.js.pull_subscribe(f"{stream_name}.x", durable="trim", stream=stream_name))
+    [msg] = nats_client.run(sub.fetch(1, timeout=10))
+    assert dict(row.headers) == {"X-Pad": ["padded"], "X-Inner": ["a  b"]}
+    assert {k: [v] for k, v in msg.headers.items()} == dict(row.headers)  # what nats-py's JetStream API reads
