@@ -105,7 +105,6 @@ class PartitionReader:
         self.watchdog: asyncio.Task | None = None
         self.tasks: set[asyncio.Task] = set()
         self.confirming = False  # a leader check of "nothing pending" is under way
-        self.replica_lags = 0  # how often that check found the consumer's replica behind
 
     # ---------------------------------------------------------------- lifecycle
 
@@ -363,7 +362,6 @@ class PartitionReader:
         if message is None or message.seq > self.last:
             self._finish()
             return
-        self.replica_lags += 1
         log.warning("stream %s: the consumer's replica reports nothing pending after sequence %d, but the stream's "
                     "leader holds sequence %d of the range (..%d); waiting for the replica to catch up",
                     self.stream, after, message.seq, self.last)
