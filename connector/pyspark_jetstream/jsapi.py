@@ -1,4 +1,9 @@
-"""Minimal JetStream API requests ($JS.API.*) over a nats-py connection.
+"""Minimal JetStream API requests over a nats-py connection.
+
+Every request goes to ``<prefix>.<api>``: ``$JS.API`` by default, ``$JS.<domain>.API``
+for another JetStream domain (a hub seen from a leaf node), or the prefix under which
+an account imports another account's JetStream API (options ``domain`` /
+``apiPrefix``, :func:`pyspark_jetstream.options.api_prefix`).
 
 The connector needs a handful of calls (stream info/create/update, stream names
 by subject) and wants every error as a typed :class:`JetStreamApiError` with the
@@ -46,19 +51,20 @@ def retry_delays() -> Iterator[float]:
         delay = min(delay * 2, 5.0)
 
 
-async def request(nc, api: str, body: dict[str, Any] | None = None, timeout: float = 10.0) -> dict[str, Any]:
-    """Send ``$JS.API.<api>`` and return the JSON reply; raise on an error reply."""
+async def request(nc, api: str, body: dict[str, Any] | None = None, timeout: float = 10.0,
+                  prefix: str = API_PREFIX) -> dict[str, Any]:
+    """Send ``<prefix>.<api>`` and return the JSON reply; raise on an error reply."""
     import nats.errors
 
     payload = json.dumps(body).encode() if body is not None else b""
     try:
-        msg = await nc.request(f"{API_PREFIX}.{api}", payload, timeout=timeout)
+        msg = await nc.request(f"{prefix}.{api}", payload, timeout=timeout)
     except nats.errors.NoRespondersError:
         raise JetStreamApiError(api, 503, 0, "no responders: is JetStream enabled on the server?") from None
     except nats.errors.TimeoutError:
         from .wire import events_of
 
-        refused = events_of(nc).permission_error_for(f"{API_PREFIX}.{api}")
+        refused = events_of(nc).permission_error_for(f"{prefix}.{api}")
         if refused is not None:
             raise JetStreamApiError(api, 403, 0, f"the server refused it: {refused}") from None
         raise JetStreamApiError(api, 408, 0, f"no reply within {timeout:g}s") from None
@@ -69,34 +75,34 @@ async def request(nc, api: str, body: dict[str, Any] | None = None, timeout: flo
     return reply
 
 
-async def stream_info(nc, stream: str) -> dict[str, Any] | None:
+async def stream_info(nc, stream: str, prefix: str = API_PREFIX) -> dict[str, Any] | None:
     """``STREAM.INFO`` reply, or ``None`` when the stream does not exist."""
     try:
-        return await request(nc, f"STREAM.INFO.{stream}")
+        return await request(nc, f"STREAM.INFO.{stream}", prefix=prefix)
     except JetStreamApiError as exc:
         if exc.err_code == ERR_STREAM_NOT_FOUND:
             return None
         raise
 
 
-async def stream_names_for_subject(nc, subject: str) -> list[str]:
-    reply = await request(nc, "STREAM.NAMES", {"subject": subject})
+async def stream_names_for_subject(nc, subject: str, prefix: str = API_PREFIX) -> list[str]:
+    reply = await request(nc, "STREAM.NAMES", {"subject": subject}, prefix=prefix)
     return list(reply.get("streams") or [])
 
 
-async def create_stream(nc, config: dict[str, Any]) -> dict[str, Any]:
-    return await request(nc, f"STREAM.CREATE.{config['name']}", config)
+async def create_stream(nc, config: dict[str, Any], prefix: str = API_PREFIX) -> dict[str, Any]:
+    return await request(nc, f"STREAM.CREATE.{config['name']}", config, prefix=prefix)
 
 
-async def update_stream(nc, config: dict[str, Any]) -> dict[str, Any]:
-    return await request(nc, f"STREAM.UPDATE.{config['name']}", config)
+async def update_stream(nc, config: dict[str, Any], prefix: str = API_PREFIX) -> dict[str, Any]:
+    return await request(nc, f"STREAM.UPDATE.{config['name']}", config, prefix=prefix)
 
 
-async def first_seq_at_or_after(nc, stream: str, when) -> int | None:
+async def first_seq_at_or_after(nc, stream: str, when, prefix: str = API_PREFIX) -> int | None:
     """The first sequence stored at or after ``when`` (server-side binary search), or None."""
     text = when.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
     try:
-        reply = await request(nc, f"STREAM.MSG.GET.{stream}", {"start_time": text})
+        reply = await request(nc, f"STREAM.MSG.GET.{stream}", {"start_time": text}, prefix=prefix)
     except JetStreamApiError as exc:
         if exc.err_code == ERR_NO_MESSAGE_FOUND:
             return None
@@ -109,12 +115,13 @@ class StoredMessage(NamedTuple):
     size: int  # subject + header block + payload, as the server counts a message (without the ack subject)
 
 
-async def next_message(nc, stream: str, seq: int, filters: tuple[str, ...] = ()) -> StoredMessage | None:
+async def next_message(nc, stream: str, seq: int, filters: tuple[str, ...] = (),
+                       prefix: str = API_PREFIX) -> StoredMessage | None:
     """The first message at or after ``seq`` matching ``filters`` (all when empty), or None."""
     found: list[StoredMessage] = []
     for subject in filters or (">",):
         try:
-            reply = await request(nc, f"STREAM.MSG.GET.{stream}", {"seq": seq, "next_by_subj": subject})
+            reply = await request(nc, f"STREAM.MSG.GET.{stream}", {"seq": seq, "next_by_subj": subject}, prefix=prefix)
         except JetStreamApiError as exc:
             if exc.err_code == ERR_NO_MESSAGE_FOUND:
                 continue
@@ -125,18 +132,19 @@ async def next_message(nc, stream: str, seq: int, filters: tuple[str, ...] = ())
     return min(found) if found else None
 
 
-async def consumer_info(nc, stream: str, consumer: str) -> dict[str, Any] | None:
+async def consumer_info(nc, stream: str, consumer: str, prefix: str = API_PREFIX) -> dict[str, Any] | None:
     try:
-        return await request(nc, f"CONSUMER.INFO.{stream}.{consumer}")
+        return await request(nc, f"CONSUMER.INFO.{stream}.{consumer}", prefix=prefix)
     except JetStreamApiError as exc:
         if exc.err_code == ERR_CONSUMER_NOT_FOUND:
             return None
         raise
 
 
-async def move_bookmark(nc, stream: str, consumer: str, next_seq: int, filters: tuple[str, ...]) -> None:
+async def move_bookmark(nc, stream: str, consumer: str, next_seq: int, filters: tuple[str, ...],
+                        prefix: str = API_PREFIX) -> None:
     """Point durable AckNone consumer ``consumer`` at ``next_seq`` (consumer reset API, nats-server 2.14+)."""
-    if await consumer_info(nc, stream, consumer) is None:
+    if await consumer_info(nc, stream, consumer, prefix) is None:
         config: dict[str, Any] = {
             "durable_name": consumer, "name": consumer, "ack_policy": "none",
             "deliver_policy": "by_start_sequence", "opt_start_seq": max(next_seq, 1),
@@ -144,6 +152,7 @@ async def move_bookmark(nc, stream: str, consumer: str, next_seq: int, filters: 
         }
         if filters:
             config["filter_subjects"] = list(filters)
-        await request(nc, f"CONSUMER.CREATE.{stream}.{consumer}", {"stream_name": stream, "config": config})
+        await request(nc, f"CONSUMER.CREATE.{stream}.{consumer}", {"stream_name": stream, "config": config},
+                      prefix=prefix)
         return
-    await request(nc, f"CONSUMER.RESET.{stream}.{consumer}", {"seq": max(next_seq, 1)})
+    await request(nc, f"CONSUMER.RESET.{stream}.{consumer}", {"seq": max(next_seq, 1)}, prefix=prefix)

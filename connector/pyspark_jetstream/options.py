@@ -223,6 +223,13 @@ CONNECTION_OPTIONS: tuple[OptionSpec, ...] = (
     OptionSpec("tlsKeyFile", None, _FILE, "Client private key (PEM) for mutual TLS (with `tlsCertFile`).", parse_existing_file),
     OptionSpec("connectTimeout", "10s", "Expected a duration of at least 1s, such as '10s'.",
                "How long to wait for a connection to the servers.", parse_duration_seconds(1.0)),
+    OptionSpec("domain", None, "Expected a JetStream domain name (letters, digits, '-' and '_').",
+               "JetStream domain of the stream, when it is not the connected server's own (a hub seen from a leaf "
+               "node, a leaf seen from the hub): every JetStream API request goes to `$JS.<domain>.API`. Exclusive "
+               "with `apiPrefix`.", lambda raw: parse_name(raw)),
+    OptionSpec("apiPrefix", None, "Expected a subject prefix without wildcards or whitespace, such as 'JS.hub.API'.",
+               "Prefix under which this account imports another account's JetStream API (instead of `$JS.API`). "
+               "Exclusive with `domain`.", lambda raw: parse_subject(raw.strip().rstrip("."))),
 )
 
 SINK_OPTIONS: tuple[OptionSpec, ...] = (
@@ -365,6 +372,16 @@ class SinkOptions:
     dead_letter_subject: str | None
     allow_rollup: bool
     stream_settings: StreamSettings
+    api_prefix: str = "$JS.API"  # where JetStream API requests go (options 'domain' / 'apiPrefix')
+
+
+def api_prefix(values: Mapping[str, Any]) -> str:
+    """The JetStream API prefix the options ask for: ``$JS.API``, ``$JS.<domain>.API`` or ``apiPrefix``."""
+    if values["domain"] is not None and values["apiPrefix"] is not None:
+        raise OptionError("apiPrefix", values["apiPrefix"], "Set either 'domain' or 'apiPrefix', not both.")
+    if values["domain"] is not None:
+        return f"$JS.{values['domain']}.API"
+    return values["apiPrefix"] or "$JS.API"
 
 
 def _connection_from(values: Mapping[str, Any]) -> ConnectionOptions:
@@ -438,6 +455,7 @@ def parse_sink_options(raw: Mapping[str, str]) -> SinkOptions:
         dead_letter_subject=values["deadLetterSubject"],
         allow_rollup=values["allowRollup"],
         stream_settings=settings,
+        api_prefix=api_prefix(values),
     )
 
 
@@ -555,6 +573,7 @@ class SourceOptions:
     batch_size: int
     consume: Any  # pull_engine.ConsumeConfig
     max_wait: float
+    api_prefix: str = "$JS.API"  # where JetStream API requests go (options 'domain' / 'apiPrefix')
 
     @property
     def filter_subjects(self) -> tuple[str, ...]:
@@ -618,4 +637,5 @@ def parse_source_options(raw: Mapping[str, str], *, streaming: bool) -> SourceOp
         batch_size=values["batchSize"],
         consume=consume,
         max_wait=values["consume.maxWait"],
+        api_prefix=api_prefix(values),
     )

@@ -142,7 +142,7 @@ class PartitionReader:
     async def _same_stream_as_planned(self) -> bool:
         """A batch read planned on the driver may run later: the stream may have been deleted, or
         deleted and created again (its sequences then mean other messages). False when ended here."""
-        info = await stream_info(self.nc, self.stream)
+        info = await stream_info(self.nc, self.stream, self.opts.api_prefix)
         if info is None:
             self._fail(StreamConfigError(
                 f"Stream '{self.stream}' was deleted after this read was planned (sequences {self.first}.."
@@ -186,14 +186,14 @@ class PartitionReader:
         if filters:
             config["filter_subjects"] = list(filters)
         reply = await request(self.nc, f"CONSUMER.CREATE.{self.stream}.{name}",
-                              {"stream_name": self.stream, "config": config})
+                              {"stream_name": self.stream, "config": config}, prefix=self.opts.api_prefix)
         if self.done:  # closed while the consumer was being created: close() did not know its name
             self._delete_consumer(name)
             return
         self.consumer = name
         self.last_dseq = 0
         self.engine.reset_pending()
-        self.pull_subject = f"$JS.API.CONSUMER.MSG.NEXT.{self.stream}.{name}"
+        self.pull_subject = f"{self.opts.api_prefix}.CONSUMER.MSG.NEXT.{self.stream}.{name}"
         if self._lost_below_first_seq(start_seq, reply):
             return
         if reply.get("num_pending", 0) == 0:
@@ -233,7 +233,8 @@ class PartitionReader:
 
         async def delete() -> None:
             try:
-                await request(self.nc, f"CONSUMER.DELETE.{self.stream}.{name}", timeout=5)
+                await request(self.nc, f"CONSUMER.DELETE.{self.stream}.{name}", timeout=5,
+                              prefix=self.opts.api_prefix)
             except Exception:  # it is ephemeral: the inactive threshold reaps it anyway
                 log.debug("could not delete consumer %s", name)
 
@@ -354,7 +355,8 @@ class PartitionReader:
         """Finish only if the stream's leader holds no sequence of the rest of the range."""
         after = self.last_sseq
         try:
-            message = await next_message(self.nc, self.stream, after + 1, self.opts.filter_subjects)
+            message = await next_message(self.nc, self.stream, after + 1, self.opts.filter_subjects,
+                                         self.opts.api_prefix)
         finally:
             self.confirming = False
         if self.done or self.last_sseq > after:
@@ -395,7 +397,8 @@ class PartitionReader:
         budget = self.opts.consume.max_bytes
         what = f"the next message after sequence {self.last_sseq}"
         try:
-            message = await next_message(self.nc, self.stream, self.last_sseq + 1, self.opts.filter_subjects)
+            message = await next_message(self.nc, self.stream, self.last_sseq + 1, self.opts.filter_subjects,
+                                         self.opts.api_prefix)
             if message is not None:
                 what = f"the message at sequence {message.seq} is {message.size} bytes (subject, headers and data)"
         except Exception as exc:  # the lookup only improves the message

@@ -85,7 +85,7 @@ def _ask_server(opts: SourceOptions, call: Callable[[], Coroutine[Any, Any, T]],
 def _bounds(opts: SourceOptions) -> StreamBounds:
     async def info() -> dict | None:
         nc = await runtime.connection(opts.connection)
-        return await jsapi.stream_info(nc, opts.stream)
+        return await jsapi.stream_info(nc, opts.stream, opts.api_prefix)
 
     reply = _ask_server(opts, info, f"Stream info of '{opts.stream}'")
     if reply is None:
@@ -117,7 +117,7 @@ def _starting_seq(opts: SourceOptions, bounds: StreamBounds) -> int:
     if mode == "timestamp":
         async def lookup() -> int | None:
             nc = await runtime.connection(opts.connection)
-            return await jsapi.first_seq_at_or_after(nc, opts.stream, value)
+            return await jsapi.first_seq_at_or_after(nc, opts.stream, value, opts.api_prefix)
 
         return initial_seq("timestamp", bounds, timestamp_seq=_ask_server(opts, lookup, "The start-time lookup"))
     return initial_seq(mode, bounds, sequence=value)
@@ -233,7 +233,8 @@ class JetStreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
 
         async def move() -> None:
             nc = await runtime.connection(self.opts.connection)
-            await jsapi.move_bookmark(nc, self.opts.stream, name, next_seq, self.opts.filter_subjects)
+            await jsapi.move_bookmark(nc, self.opts.stream, name, next_seq, self.opts.filter_subjects,
+                                      self.opts.api_prefix)
 
         try:
             runtime.run(move(), timeout=30)

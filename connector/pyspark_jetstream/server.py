@@ -65,9 +65,10 @@ class EmbeddedNatsServer:
         with EmbeddedNatsServer() as server:
             df.write.format("jetstream").option("servers", server.url)...
 
-    ``config`` is extra nats-server configuration text (auth, TLS, limits) that is
-    written to a file next to the store; ``jetstream`` and the listen address are
-    always set by the harness.
+    ``config`` is extra nats-server configuration text (auth, TLS, limits, leaf
+    nodes) that is written to a file next to the store; ``jetstream`` and the listen
+    address are always set by the harness, and ``jetstream_config`` adds settings
+    inside the ``jetstream`` block (``domain: hub``).
     """
 
     def __init__(
@@ -78,9 +79,11 @@ class EmbeddedNatsServer:
         port: int = -1,
         binary: str | None = None,
         startup_timeout: float = 20.0,
+        jetstream_config: str = "",
     ) -> None:
         self._binary = binary
         self._extra_config = config
+        self._jetstream_config = jetstream_config
         self._workdir = Path(tempfile.mkdtemp(prefix="nats-embedded-"))
         self.store_dir = Path(store_dir) if store_dir is not None else self._workdir / "store"
         self.port = port
@@ -110,7 +113,7 @@ class EmbeddedNatsServer:
         store = str(self.store_dir).replace("\\", "/")
         path.write_text(
             f'listen: "127.0.0.1:{self.port}"\n'
-            f'jetstream {{ store_dir: "{store}" }}\n'
+            f'jetstream {{\n  store_dir: "{store}"\n  {self._jetstream_config}\n}}\n'
             f"{self._extra_config}\n"
         )
         return path

@@ -36,9 +36,9 @@ def plan_sink(raw_options: Mapping[str, str], schema: Any, *, overwrite: bool, s
         if opts.stream is not None:
             await stream_admin.ensure_stream(nc, opts, needs_ttl)
         elif opts.subject is not None and needs_ttl:
-            await stream_admin.check_capturing_stream(nc, opts.subject)
+            await stream_admin.check_capturing_stream(nc, opts.subject, opts.api_prefix)
         if opts.dead_letter_subject is not None:
-            await stream_admin.check_dead_letter_subject(nc, opts.dead_letter_subject)
+            await stream_admin.check_dead_letter_subject(nc, opts.dead_letter_subject, opts.api_prefix)
         return nc.max_payload
 
     max_payload = runtime.run(check(), timeout=opts.connection.connect_timeout * 3 + 30)

@@ -172,13 +172,13 @@ def check_ttl_transition(current: dict[str, Any], desired: dict[str, Any]) -> No
 
 async def ensure_stream(nc, opts: SinkOptions, needs_ttl: bool) -> StreamPlan:
     """Check (and per ``ensureStream`` create or update) the target stream; return what was done."""
-    info = await jsapi.stream_info(nc, opts.stream)
+    info = await jsapi.stream_info(nc, opts.stream, opts.api_prefix)
     plan = plan_stream(info["config"] if info else None, opts, needs_ttl)
     try:
         if plan.action == "create":
-            await jsapi.create_stream(nc, plan.config)
+            await jsapi.create_stream(nc, plan.config, opts.api_prefix)
         elif plan.action == "update":
-            await jsapi.update_stream(nc, plan.config)
+            await jsapi.update_stream(nc, plan.config, opts.api_prefix)
     except JetStreamApiError as exc:
         raise StreamConfigError(
             f"Could not {plan.action} stream '{opts.stream}': {exc.description} (err_code {exc.err_code}). "
@@ -189,9 +189,9 @@ async def ensure_stream(nc, opts: SinkOptions, needs_ttl: bool) -> StreamPlan:
     return plan
 
 
-async def check_dead_letter_subject(nc, subject: str) -> str:
+async def check_dead_letter_subject(nc, subject: str, prefix: str = jsapi.API_PREFIX) -> str:
     """The dead-letter subject must be stored somewhere, or diverted rows would be lost."""
-    names = await jsapi.stream_names_for_subject(nc, subject)
+    names = await jsapi.stream_names_for_subject(nc, subject, prefix)
     if not names:
         raise StreamConfigError(
             f"No stream captures the dead-letter subject '{subject}' (option 'deadLetterSubject'), so rejected rows "
@@ -200,15 +200,15 @@ async def check_dead_letter_subject(nc, subject: str) -> str:
     return names[0]
 
 
-async def check_capturing_stream(nc, subject: str) -> None:
+async def check_capturing_stream(nc, subject: str, prefix: str = jsapi.API_PREFIX) -> None:
     """Without option 'stream', TTL rows still need a stream that allows TTLs."""
-    names = await jsapi.stream_names_for_subject(nc, subject)
+    names = await jsapi.stream_names_for_subject(nc, subject, prefix)
     if not names:
         raise StreamConfigError(
             f"No stream captures subject '{subject}' (option 'subject'). Create one, or name it in option 'stream' "
             "with ensureStream='create'."
         )
-    info = await jsapi.stream_info(nc, names[0])
+    info = await jsapi.stream_info(nc, names[0], prefix)
     if info and not info["config"].get("allow_msg_ttl"):
         raise StreamConfigError(
             f"Stream '{names[0]}' (which captures '{subject}') does not allow per-message TTLs (AllowMsgTTL is "

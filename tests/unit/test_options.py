@@ -191,3 +191,25 @@ def test_url_userinfo_is_masked_up_to_the_last_at(value, shown):
     with pytest.raises(OptionError) as info:
         parse_sink_options({"servers": value})
     assert info.value.value == shown and shown in str(info.value)
+
+
+@pytest.mark.parametrize("raw, prefix", [
+    ({}, "$JS.API"),
+    ({"domain": "hub"}, "$JS.hub.API"),
+    ({"apiPrefix": "JS.acct.API"}, "JS.acct.API"),
+    ({"apiPrefix": "JS.acct.API."}, "JS.acct.API"),
+])
+def test_the_jetstream_api_prefix_for_reads_and_writes(raw, prefix):
+    assert parse_sink_options(raw).api_prefix == prefix
+    assert parse_source_options({"stream": "S", **raw}, streaming=False).api_prefix == prefix
+
+
+@pytest.mark.parametrize("raw, option", [
+    ({"domain": "hub", "apiPrefix": "JS.x.API"}, "apiPrefix"),
+    ({"domain": "a.b"}, "domain"),
+    ({"apiPrefix": "JS.*.API"}, "apiPrefix"),
+])
+def test_domain_and_api_prefix_are_checked_at_definition(raw, option):
+    with pytest.raises(OptionError) as info:
+        parse_source_options({"stream": "S", **raw}, streaming=True)
+    assert info.value.option == option
