@@ -73,3 +73,43 @@ def test_a_leaf_stream_written_from_the_hub(spark, hub_and_leaf):
     (jetstream_writer(df.select(F.col("data")), hub.url, domain="leaf", stream="LEAFNEW", subject="leafnew.x",
                       ensureStream="create").save())
     assert on_leaf.stream_state("LEAFNEW")["messages"] == 30
+
+
+ACCOUNTS = """
+accounts {
+  JS: {
+    jetstream: enabled
+    users: [ { user: js, password: js } ]
+    exports: [
+      { service: "$JS.API.>", response_type: stream }
+      { service: "imp.>" }
+    ]
+  }
+  APP: {
+    users: [ { user: app, password: app } ]
+    imports: [
+      { service: { account: JS, subject: "$JS.API.>" }, to: "JS.acct.API.>" }
+      { service: { account: JS, subject: "imp.>" } }
+    ]
+  }
+}
+"""
+
+
+def test_an_account_reads_and_writes_through_an_imported_api_prefix(spark, tmp_path):
+    """Account APP has no JetStream of its own: it imports account JS's API under JS.acct.API
+    (pull deliveries come back as a streamed service response) and publishes to JS's stream
+    through an imported service subject, PubAcks included."""
+    with EmbeddedNatsServer(config=ACCOUNTS) as server:
+        owner = SyncNats(server.url.replace("nats://", "nats://js:js@"))
+        owner.add_stream("IMP", ["imp.>"], allow_msg_ttl=True)
+        auth = {"user": "app", "password": "app", "apiPrefix": "JS.acct.API"}
+        df = spark.createDataFrame([(f"row-{i}",) for i in range(40)], "data string").coalesce(1)
+        jetstream_writer(df, server.url, stream="IMP", subject="imp.x", defaultTtl="1h", **auth).save()
+        assert sorted(m.data for m in owner.messages("IMP")) == sorted(f"row-{i}".encode() for i in range(40))
+        reader = spark.read.format("jetstream").option("servers", server.url).option("stream", "IMP")
+        for key, value in auth.items():
+            reader = reader.option(key, value)
+        rows = reader.option("numPartitions", "2").load().collect()
+        assert sorted((r.seq, r.data, r.ttl) for r in rows) == [(m.seq, m.data, "1h") for m in owner.messages("IMP")]
+        owner.close()
