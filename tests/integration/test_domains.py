@@ -113,3 +113,21 @@ def test_an_account_reads_and_writes_through_an_imported_api_prefix(spark, tmp_p
         rows = reader.option("numPartitions", "2").load().collect()
         assert sorted((r.seq, r.data, r.ttl) for r in rows) == [(m.seq, m.data, "1h") for m in owner.messages("IMP")]
         owner.close()
+
+
+def test_messages_with_the_v2_ack_subject_layout_are_read(spark, tmp_path):
+    """nats-server 2.15 can send the ADR-15 v2 ack subject ($JS.ACK.<domain>.<account hash>.<stream>...,
+    11 tokens) behind the js_ack_fc_v2 feature flag; with it on, the read is the same."""
+    with EmbeddedNatsServer(config="feature_flags { js_ack_fc_v2: true }") as server:
+        client = SyncNats(server.url)
+        client.add_stream("V2", ["v2.>"])
+        publish(client, "v2.x", 25)
+        sub = client.run(client.js.pull_subscribe("v2.x", durable="probe", stream="V2"))
+        [msg] = client.run(sub.fetch(1, timeout=10))
+        assert len(msg.reply.split(".")) == 11, msg.reply  # the flag is on: v2 layout
+        rows = (spark.read.format("jetstream").option("servers", server.url).option("stream", "V2")
+                .option("numPartitions", "2").load().orderBy("seq").collect())
+        stored = client.messages("V2")
+        assert [(r.seq, r.data, r.subject) for r in rows] == [(m.seq, m.data, m.subject) for m in stored]
+        assert [r.timestamp.isoformat()[:26] for r in rows] == [m.time[:26] for m in stored]
+        client.close()
