@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import datetime as dt
 
-import pytest
 from pyspark.sql import functions as F
 
 from ..helpers import jetstream_writer, wait_until, write
@@ -20,14 +19,13 @@ def _user_headers(headers: dict[str, list[str]]) -> dict[str, list[str]]:
     return {k: v for k, v in headers.items() if not k.lower().startswith("nats-")}
 
 
-@pytest.mark.parametrize("preserve", [False, True], ids=["ttl", "preserveExpiry"])
-def test_copies_of_sink_and_nats_py_streams_round_trip(spark, nats_server, nats_client, stream_name, preserve):
-    sink_src, py_src, target = stream_name + "A", stream_name + "B", stream_name + "C"
+def test_copies_of_sink_and_nats_py_streams_round_trip(spark, nats_server, nats_client, stream_name):
+    """Two copies of the same sources: one carrying the TTLs as read, one with preserveExpiry."""
+    sink_src, py_src = stream_name + "A", stream_name + "B"
     # One message per subject, so that the 1s TTL is not raised to the 60s marker TTL (ADR-43).
     nats_client.add_stream(sink_src, [f"{sink_src}.>"], allow_msg_ttl=True, subject_delete_marker_ttl=60 * 10**9,
                            max_msgs_per_subject=1)
     nats_client.add_stream(py_src, [f"{py_src}.>"])
-    nats_client.add_stream(target, [f"{target}.>"], allow_msg_ttl=True)
     rows = [(f"{sink_src}.k{i}", f"v{i}", "1h" if i % 2 else None, {"X-Tag": ["t", str(i)], "X-One": [str(i)]})
             for i in range(6)]
     rows.append((f"{sink_src}.short", "gone", "1s", {"X-Tag": ["s"]}))  # expires: a MaxAge marker replaces it
@@ -45,13 +43,18 @@ def test_copies_of_sink_and_nats_py_streams_round_trip(spark, nats_server, nats_
     read = (spark.read.format("jetstream").option("servers", nats_server.url).option("stream", sink_src).load()
             .unionByName(spark.read.format("jetstream").option("servers", nats_server.url).option("stream", py_src)
                          .load()))
-    copy = read.withColumn("subject", F.concat(F.lit(f"{target}."), F.col("subject")))
-    if not preserve:
-        copy = copy.drop("expires_at")
-    options = {"stream": target, **({"preserveExpiry": "true"} if preserve else {})}
-    before = dt.datetime.now(dt.timezone.utc)
-    jetstream_writer(copy, nats_server.url, **options).save()
+    for preserve, target in ((False, stream_name + "C"), (True, stream_name + "D")):
+        nats_client.add_stream(target, [f"{target}.>"], allow_msg_ttl=True)
+        copy = read.withColumn("subject", F.concat(F.lit(f"{target}."), F.col("subject")))
+        if not preserve:
+            copy = copy.drop("expires_at")
+        options = {"stream": target, **({"preserveExpiry": "true"} if preserve else {})}
+        before = dt.datetime.now(dt.timezone.utc)
+        jetstream_writer(copy, nats_server.url, **options).save()
+        _compare(nats_client, originals, target, sink_src, py_src, preserve, before)
 
+
+def _compare(nats_client, originals, target, sink_src, py_src, preserve, before):
     copied = {m.data: m for m in nats_client.messages(target)}
     expected = {k: m for k, m in originals.items() if not m.headers.get("Nats-Marker-Reason")}
     assert set(copied) == set(expected) and len(copied) == 9  # 6 + 3; the marker was skipped
