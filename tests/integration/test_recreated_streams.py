@@ -40,7 +40,7 @@ def test_a_query_restarted_on_a_recreated_stream_fails_or_reads_the_new_stream(s
     out = lambda: sorted((r.seq, r.data) for r in spark.read.parquet(str(tmp_path / "out")).collect())  # noqa: E731
     if fail:
         with pytest.raises(StreamingQueryException) as info:
-            query.awaitTermination(180)
+            finished(query, 180)  # raises: the query fails
         text = str(info.value)
         assert "StreamRecreatedError" in text and f"stream '{stream_name}'" in text
         assert "deleted and created again" in text and "failOnDataLoss" in text

@@ -241,7 +241,7 @@ def connector_stream_read(spark, url: str, stream: str, partitions: int, per_tri
          .trigger(availableNow=True))
     start = time.perf_counter()
     query = q.start()
-    query.awaitTermination()
+    assert query.awaitTermination(3600), "the benchmark query did not finish within an hour"
     return time.perf_counter() - start
 
 
@@ -313,7 +313,7 @@ def connector_stream_write(spark, url: str, stream: str, parquet_dir: str) -> fl
          .writeStream.format("jetstream").option("servers", url).option("stream", stream)
          .option("checkpointLocation", tempfile.mkdtemp()).trigger(availableNow=True))
     query = q.start()
-    query.awaitTermination()
+    assert query.awaitTermination(3600), "the benchmark query did not finish within an hour"
     return sum(p["durationMs"].get("addBatch", 0) for p in query.recentProgress) / 1000
 
 

@@ -56,7 +56,7 @@ def main(servers: str, auth_options: str, source: str, target: str, checkpoint: 
     query = (stream_in.select(F.lit(f"{target.lower()}.copy").alias("subject"), "data")
              .writeStream.format("jetstream").options(**auth).option("stream", target)
              .option("checkpointLocation", checkpoint).trigger(availableNow=True).start())
-    query.awaitTermination()
+    assert query.awaitTermination(600), "the streaming copy did not finish within 600s"
     assert query.exception() is None, query.exception()
     explains.append(query._jsq.explainInternal(True))
     explains.append(str(query.lastProgress))

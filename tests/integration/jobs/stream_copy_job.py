@@ -29,7 +29,7 @@ def main(servers: str, input_dir: str, checkpoint: str, stream: str, max_pending
         .start()
     )
     print("STARTED", flush=True)
-    query.awaitTermination()
+    assert query.awaitTermination(600), "the streaming copy did not finish within 600s"
     spark.stop()
 
 
