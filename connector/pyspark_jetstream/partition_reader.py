@@ -121,7 +121,9 @@ class PartitionReader:
         if task.cancelled():
             return
         exc = task.exception()
-        if exc is not None:
+        if exc is not None and self.nc is not None and self.nc.is_closed:
+            self.on_closed(events_of(self.nc).close_cause())  # the close is the cause, whichever path saw it first
+        elif exc is not None:
             self._fail(PartitionReadError(
                 f"Reading stream '{self.stream}' sequences {self.first}..{self.last} failed after sequence "
                 f"{self.last_sseq}: {type(exc).__name__}: {exc}"
