@@ -133,8 +133,7 @@ class StreamRecreatedError(DataLossError):
                     f"{created} now), so its sequences restarted at 1")
         else:
             what = (f"its sequence went backwards: the checkpoint is at sequence {checkpointed_seq}, the stream now "
-                    "ends at {last_seq}, which happens when it is deleted and created again").replace(
-                        "{last_seq}", str(last_seq))
+                    f"ends at {last_seq}, which happens when it is deleted and created again")
         JetStreamConnectorError.__init__(
             self,
             f"Data loss in stream '{stream}': {what}. Messages of the old stream after sequence {checkpointed_seq} "
