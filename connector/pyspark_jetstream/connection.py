@@ -123,6 +123,6 @@ async def open_connection(opts: ConnectionOptions):
             "Check the option 'servers' and the authentication options."
         ) from None
     nc.options["max_reconnect_attempts"] = -1  # from now on, ride through restarts
-    events.client = nc
+    events.watch(nc)
     nc._pyspark_jetstream_events = events
     return nc

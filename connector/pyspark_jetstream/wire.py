@@ -14,6 +14,7 @@ Like ``publisher.py``, this relies on nats-py 2.x internals
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -24,6 +25,8 @@ log = get_logger("wire")
 RawHandler = Callable[[bytes, bytes, bytes, "bytes | None"], None]
 
 _HANDLERS_ATTR = "_pyspark_jetstream_raw_handlers"
+CLOSE_POLL = 0.25
+"""Seconds between checks that a connection nats-py closed was reported (:meth:`ConnectionEvents.watch`)."""
 
 
 def _install(nc: Any) -> dict[int, RawHandler]:
@@ -78,6 +81,8 @@ class ConnectionEvents:
         self.listeners: set[Any] = set()
         self.permission_errors: list[str] = []
         self.client: Any = None  # the connection, once it is up (for the cause of a close)
+        self.closed_reported = False
+        self.close_watcher: asyncio.Task | None = None
 
     def on_error(self, exc: BaseException) -> None:
         text = str(exc)
@@ -117,6 +122,9 @@ class ConnectionEvents:
     async def closed(self) -> None:
         """nats-py gave the connection up (a server -ERR such as 'Maximum Payload Violation',
         or close()): nothing waiting on it can complete, so every listener fails at once."""
+        if self.closed_reported:
+            return
+        self.closed_reported = True
         cause = self.close_cause()
         for listener in list(self.listeners):
             if hasattr(listener, "on_closed"):
@@ -124,6 +132,25 @@ class ConnectionEvents:
 
     def callbacks(self) -> dict[str, Callable[[], Awaitable[None]]]:
         return {"disconnected_cb": self.disconnected, "reconnected_cb": self.reconnected, "closed_cb": self.closed}
+
+    def watch(self, client: Any) -> None:
+        """Report the close of ``client`` even when nats-py's ``closed_cb`` never comes.
+
+        nats-py marks the client CLOSED first and calls ``closed_cb`` last; in
+        between it writes what is still buffered, and on a socket the server has
+        already reset that write raises, ending the close task with the callbacks
+        never called (seen with 'Maximum Payload Violation' under load). Readers
+        and publishers would then wait for their own deadlines and blame the
+        server. This watcher checks the status every :data:`CLOSE_POLL` seconds.
+        """
+        self.client = client
+
+        async def watch() -> None:
+            while not client.is_closed:
+                await asyncio.sleep(CLOSE_POLL)
+            await self.closed()
+
+        self.close_watcher = asyncio.ensure_future(watch())
 
 
 def events_of(nc: Any) -> ConnectionEvents:

@@ -21,6 +21,7 @@ import asyncio
 import os
 import queue
 import signal
+import time
 
 import pyarrow as pa
 import pytest
@@ -42,7 +43,10 @@ from ..helpers import SyncNats, fill_stream, wait_until
 
 
 def _oversized(nc) -> bytes:
-    return f"PUB too.big {nc.max_payload + 1}\r\n".encode() + b"x" * (nc.max_payload + 1) + b"\r\n"
+    """Only the control line of a too-large PUB: the server refuses it from the size alone. With the
+    payload too, the server would close while bytes still arrive and reset the socket, and the reset
+    may reach the client before the -ERR does (nats-py then reconnects instead of closing)."""
+    return f"PUB too.big {nc.max_payload + 1}\r\n".encode()
 
 
 def test_publishes_awaiting_acks_fail_at_once_naming_the_close(nats_server, nats_client, stream_name):
@@ -81,6 +85,34 @@ def test_a_partition_mid_read_fails_at_once_naming_the_close(nats_server, nats_c
                                                  r"\d+: the NATS connection was closed \(maximum payload violation\)"):
         for _ in batches:
             pass
+
+
+def test_a_close_whose_callback_never_comes_still_fails_the_partition(nats_client, stream_name):
+    """nats-py marks the client closed, then writes what is buffered, then calls ``closed_cb``;
+    when that write meets the server's reset it raises and the callback never comes (seen under
+    load). Here the callback is taken away to make that certain: the partition must still fail
+    at once with the cause, not after ``consume.maxWait``."""
+    with EmbeddedNatsServer() as server:
+        client = SyncNats(server.url)
+        client.add_stream(stream_name, [f"{stream_name}.>"])
+        asyncio.run(fill_stream(server.url, f"{stream_name}.x", 200))
+        opts = parse_source_options({"servers": server.url, "stream": stream_name, "batchSize": "10",
+                                     "consume.maxMessages": "20", "consume.maxWait": "60s"}, streaming=False)
+        batches = read_partition(opts, stream_name, 1, 200)
+        next(batches)
+
+        async def close_without_callback() -> None:
+            nc = await runtime.connection(opts.connection)
+            nc._closed_cb = None
+            await send_raw(nc, _oversized(nc))
+
+        runtime.run(close_without_callback(), timeout=30)
+        started = time.monotonic()
+        with pytest.raises(PartitionReadError, match=r"the NATS connection was closed \(maximum payload violation\)"):
+            for _ in batches:
+                pass
+        assert time.monotonic() - started < 30, "failed by the 60 s deadline, not by the close"
+        client.close()
 
 
 def test_a_close_while_the_consumer_is_being_created_leaves_nothing_behind():
