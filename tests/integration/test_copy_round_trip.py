@@ -73,3 +73,27 @@ def _compare(nats_client, originals, target, sink_src, py_src, preserve, before)
             left = int(c.headers["Nats-TTL"][0])
             original_expiry = dt.datetime.fromisoformat(original.time[:26] + "+00:00") + dt.timedelta(hours=1)
             assert 0 < left <= 3600 and before + dt.timedelta(seconds=left - 1) <= original_expiry
+
+
+def test_a_kv_bucket_read_is_written_to_a_stream(spark, nats_server, nats_client, stream_name):
+    """The change log of a bucket, copied to a stream: the source's ``key`` and ``operation``
+    columns are ignored like its other own columns; deletes and purges travel as the messages
+    they are (their ``KV-Operation`` header), compared with nats-py's view of the bucket's stream."""
+    bucket, target = f"B{stream_name}", stream_name + "KV"
+    kv = nats_client.run(nats_client.js.create_key_value(bucket=bucket, history=5))
+    for key, value in (("a", b"1"), ("b.c", b"2"), ("a", b"3")):
+        nats_client.run(kv.put(key, value))
+    nats_client.run(kv.delete("b.c"))
+    nats_client.run(kv.purge("a"))
+    nats_client.add_stream(target, [f"{target}.>"], allow_msg_ttl=True)  # the read has a ttl column
+    read = spark.read.format("jetstream").option("servers", nats_server.url).option("bucket", bucket).load()
+    assert {"key", "operation"} <= set(read.columns)
+    jetstream_writer(read.withColumn("subject", F.concat(F.lit(f"{target}."), F.col("key"))), nats_server.url,
+                     stream=target).save()
+    originals = nats_client.messages(f"KV_{bucket}")
+    copied = nats_client.messages(target)
+    assert len(originals) == 3  # the purge rolled up a's revisions: b.c's put and delete, a's purge
+    as_copied = sorted((f"{target}.{o.subject.removeprefix(f'$KV.{bucket}.')}", o.data, _user_headers(o.headers))
+                       for o in originals)
+    assert sorted((c.subject, c.data, _user_headers(c.headers)) for c in copied) == as_copied
+    assert sorted(str(c.headers.get("KV-Operation")) for c in copied) == ["None", "['DEL']", "['PURGE']"]

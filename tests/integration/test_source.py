@@ -138,7 +138,26 @@ def test_messages_published_while_the_query_runs(spark, nats_server, nats_client
     assert seqs(spark, "st_live") == list(range(1, 61))
 
 
+def _offsets(checkpoint) -> dict[int, dict]:
+    """The source offset of each micro-batch in a checkpoint (``offsets/<batch>``: a version line,
+    Spark's metadata line, then one JSON line per source)."""
+    return {int(p.name): json.loads(p.read_text().splitlines()[2]) for p in (checkpoint / "offsets").iterdir()
+            if p.name.isdigit()}
+
+
+def _as_written_by_the_first_release(checkpoint) -> None:
+    """Offsets without the stream's identity and the batch's partition count, as release 1 wrote them."""
+    for path in (checkpoint / "offsets").iterdir():
+        if path.name.isdigit():
+            version, metadata, offset = path.read_text().splitlines()
+            old = {k: v for k, v in json.loads(offset).items() if k in ("stream", "seq")}
+            path.write_text("\n".join([version, metadata, json.dumps(old)]))
+
+
 def test_restart_from_checkpoint_into_files_is_exactly_once(spark, nats_server, nats_client, stream_name, tmp_path):
+    """The checkpoint the query restarts from was written by the first release (no identity or
+    partition count in its offsets) and its last batch was not committed: that batch is planned
+    again from the old offsets, and the offsets of the restarted query record the identity."""
     nats_client.add_stream(stream_name, [f"{stream_name}.>"])
     publish(nats_client, f"{stream_name}.x", 40)
 
@@ -150,11 +169,20 @@ def test_restart_from_checkpoint_into_files_is_exactly_once(spark, nats_server, 
 
     q = start()
     finished(q, 120)
+    assert sorted(_offsets(tmp_path / "chk")) == [0, 1, 2]
+    _as_written_by_the_first_release(tmp_path / "chk")
+    for log in (tmp_path / "chk" / "commits", tmp_path / "out" / "_spark_metadata"):
+        for name in ("2", ".2.crc"):  # its last batch is run again, as after a crash before its commit
+            (log / name).unlink(missing_ok=True)
     publish(nats_client, f"{stream_name}.x", 25, start=40)
     q = start()
     finished(q, 120)
     out = [r.seq for r in spark.read.parquet(str(tmp_path / "out")).collect()]
     assert sorted(out) == list(range(1, 66)) and len(out) == len(set(out))
+    created = nats_client.api(f"STREAM.INFO.{stream_name}")["created"]
+    offsets = _offsets(tmp_path / "chk")
+    assert [offsets[b].get("created") for b in sorted(offsets)] == [None, None, None, created, created]
+    assert offsets[4]["seq"] == 65
 
 
 def test_ttl_expires_at_and_max_age_markers(spark, nats_server, nats_client, stream_name):
