@@ -1,7 +1,12 @@
 """Secrets never appear in what Spark and the connector show or store: the extended
 plans, the Spark UI's SQL plan text (REST API), the logs at DEBUG (Spark's JVM and the
-connector's Python processes), the checkpoint, or progress reports. One job per kind of
-secret: a password, a token, and an NKey seed (given as a file, read by the connector)."""
+connector's Python processes), the checkpoint, or progress reports. One run per kind of
+secret: a password, a token, and an NKey seed (given as a file, read by the connector).
+
+The three runs share one Spark application (one JVM start instead of three): a password
+user and an NKey user on one server, a token on another (a token excludes users). Every
+secret is then searched for everywhere, the other runs' output included.
+"""
 
 from __future__ import annotations
 
@@ -23,42 +28,45 @@ PASSWORD = "pw-9f3Kq-never-print-me"
 TOKEN = "tok-7Rz2-never-print-me"
 
 
-def _password(tmp_path: Path):
-    config = f'authorization {{ users = [ {{ user: "alice", password: "{PASSWORD}" }} ] }}'
-    return PASSWORD, config, {"user": "alice", "password": PASSWORD}, {"user": "alice", "password": PASSWORD}
-
-
-def _token(tmp_path: Path):
-    config = f'authorization {{ token: "{TOKEN}" }}'
-    return TOKEN, config, {"token": TOKEN}, {"token": TOKEN}
-
-
-def _nkey_seed(tmp_path: Path):
-    seed, public, seed_file = user_nkey_seed_file(tmp_path)
-    config = f'authorization {{ users = [ {{ nkey: "{public}" }} ] }}'
-    return seed.decode(), config, {"nkeySeedFile": seed_file}, {"nkeys_seed": seed_file}
-
-
-@pytest.mark.parametrize("auth", [_password, _token, _nkey_seed], ids=["password", "token", "nkey-seed"])
-def test_secret_absent_from_ui_plans_logs_and_checkpoint(tmp_path, auth):
-    secret, config, options, client_auth = auth(tmp_path)
-    with EmbeddedNatsServer(config=config) as server:
-        client = SyncNats(server.url, **client_auth)
-        client.add_stream("SECSRC", ["secsrc.>"])
-        client.add_stream("SECDST", ["secdst.>"])
-        asyncio.run(fill_stream(server.url, "secsrc.x", 500, **client_auth))
-        checkpoint, out_dir = tmp_path / "chk", tmp_path / "out"
+@pytest.fixture(scope="module")
+def secrets_job(tmp_path_factory):
+    """Run the job once for the three kinds: {kind: (secret, its run's out_dir, its checkpoint)}, and the logs."""
+    tmp = tmp_path_factory.mktemp("secrets")
+    seed, public, seed_file = user_nkey_seed_file(tmp)
+    users = f'authorization {{ users = [ {{ user: "alice", password: "{PASSWORD}" }}, {{ nkey: "{public}" }} ] }}'
+    kinds = {  # kind: (secret, server, connector options, nats-py options)
+        "password": (PASSWORD, "users", {"user": "alice", "password": PASSWORD}, {"user": "alice",
+                                                                                  "password": PASSWORD}),
+        "nkey-seed": (seed.decode(), "users", {"nkeySeedFile": seed_file}, {"nkeys_seed": seed_file}),
+        "token": (TOKEN, "token", {"token": TOKEN}, {"token": TOKEN}),
+    }
+    with EmbeddedNatsServer(config=users) as users_server, \
+            EmbeddedNatsServer(config=f'authorization {{ token: "{TOKEN}" }}') as token_server:
+        servers = {"users": users_server, "token": token_server}
+        runs, clients = [], {}
+        for kind, (_, where, options, client_auth) in kinds.items():
+            source, target = f"SRC_{kind.replace('-', '_').upper()}", f"DST_{kind.replace('-', '_').upper()}"
+            client = clients[kind] = SyncNats(servers[where].url, **client_auth)
+            client.add_stream(source, [f"{source.lower()}.>"])
+            client.add_stream(target, [f"{target.lower()}.>"])
+            asyncio.run(fill_stream(servers[where].url, f"{source.lower()}.x", 500, **client_auth))
+            runs.append({"servers": servers[where].url, "auth": options, "source": source, "target": target,
+                         "checkpoint": str(tmp / kind / "chk"), "out_dir": str(tmp / kind / "out")})
         env = {**os.environ, "PYSPARK_JETSTREAM_LOG_LEVEL": "DEBUG"}
-        done = subprocess.run(
-            [sys.executable, str(JOB), server.url, json.dumps(options), "SECSRC", "SECDST", str(checkpoint),
-             str(out_dir)],
-            capture_output=True, text=True, timeout=600, env=env,
-        )
+        done = subprocess.run([sys.executable, str(JOB), json.dumps(runs)], capture_output=True, text=True,
+                              timeout=600, env=env)
         assert done.returncode == 0, done.stderr[-3000:]
-        assert client.stream_state("SECDST")["messages"] == 1000  # the job really ran both queries
-        client.close()
+        for kind, run in zip(kinds, runs, strict=True):  # each run really ran both queries
+            assert clients[kind].stream_state(run["target"])["messages"] == 1000, kind
+            clients[kind].close()
+    return {kind: (kinds[kind][0], Path(run["out_dir"]), Path(run["checkpoint"])) for kind, run in zip(kinds, runs, strict=True)}, \
+        done.stdout + done.stderr
 
-    logs = done.stdout + done.stderr
+
+@pytest.mark.parametrize("kind", ["password", "token", "nkey-seed"])
+def test_secret_absent_from_ui_plans_logs_and_checkpoint(secrets_job, kind):
+    runs, logs = secrets_job
+    secret, out_dir, checkpoint = runs[kind]
     explain = (out_dir / "explain.txt").read_text()
     ui = (out_dir / "ui.json").read_text()
     checkpoint_text = {str(p): p.read_bytes() for p in checkpoint.rglob("*") if p.is_file()}
@@ -72,7 +80,12 @@ def test_secret_absent_from_ui_plans_logs_and_checkpoint(tmp_path, auth):
     assert any(name.endswith("/offsets/0") for name in checkpoint_text)
     assert any(name.endswith("/metadata") for name in checkpoint_text)
 
-    for where, text in [("logs", logs), ("explain", explain), ("Spark UI", ui)]:
-        assert secret not in text, f"the secret leaked into the {where}"
-    for name, data in checkpoint_text.items():
-        assert secret.encode() not in data, f"the secret leaked into {name}"
+    # This secret, in this run's output and in every other run's (they share the logs and the UI).
+    for _, other_out, other_checkpoint in runs.values():
+        texts = [("logs", logs), ("explain", (other_out / "explain.txt").read_text()),
+                 ("Spark UI", (other_out / "ui.json").read_text())]
+        for where, text in texts:
+            assert secret not in text, f"the {kind} secret leaked into the {where}"
+        for path in other_checkpoint.rglob("*"):
+            if path.is_file():
+                assert secret.encode() not in path.read_bytes(), f"the {kind} secret leaked into {path}"

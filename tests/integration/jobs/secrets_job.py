@@ -1,15 +1,17 @@
 """A job run as its own process by the secrets test: everything Spark and the
 connector show about a query that carries a password, gathered in one place.
 
-Usage: python secrets_job.py SERVERS AUTH_OPTIONS_JSON SOURCE_STREAM TARGET_STREAM CHECKPOINT OUT_DIR
+Usage: python secrets_job.py RUNS_JSON
 
-It runs a streaming read -> write with the given authentication options (user and
-password, a token, or an NKey seed file) on both sides, a batch read
-and a batch write, with Spark's JVM log at DEBUG and the connector's at DEBUG
-(``PYSPARK_JETSTREAM_LOG_LEVEL``, set by the test). It writes ``explain.txt``
+RUNS_JSON is a list of runs, each ``{"servers", "auth", "source", "target",
+"checkpoint", "out_dir"}``; one Spark application does them all, one after the
+other. Each runs a streaming read -> write with its authentication options (user
+and password, a token, or an NKey seed file) on both sides, a batch read and a
+batch write, with Spark's JVM log at DEBUG and the connector's at DEBUG
+(``PYSPARK_JETSTREAM_LOG_LEVEL``, set by the test), and writes ``explain.txt``
 (extended plans) and ``ui.json`` (the Spark UI's REST answers: SQL executions
-with plan descriptions, jobs, stages, environment) into OUT_DIR. The test greps
-those, the checkpoint and this process's output for the secret.
+with plan descriptions, jobs, stages, environment) into its ``out_dir``. The test
+greps those, the checkpoints and this process's output for every secret.
 """
 
 import json
@@ -40,7 +42,7 @@ def ui_dump(spark) -> dict:
     }
 
 
-def main(servers: str, auth_options: str, source: str, target: str, checkpoint: str, out_dir: str) -> None:
+def main(runs: str) -> None:
     spark = (
         SparkSession.builder.master("local[2]").appName("secrets-job")
         .config("spark.ui.enabled", "true").config("spark.ui.port", "0")
@@ -48,7 +50,13 @@ def main(servers: str, auth_options: str, source: str, target: str, checkpoint: 
         .getOrCreate()
     )
     spark.sparkContext.setLogLevel("DEBUG")
-    auth = {"servers": servers, **json.loads(auth_options)}
+    for run in json.loads(runs):
+        one_run(spark, **run)
+    spark.stop()
+
+
+def one_run(spark, servers: str, auth: dict, source: str, target: str, checkpoint: str, out_dir: str) -> None:
+    auth = {"servers": servers, **auth}
     explains = []
 
     stream_in = (spark.readStream.format("jetstream").options(**auth).option("stream", source)
@@ -72,7 +80,6 @@ def main(servers: str, auth_options: str, source: str, target: str, checkpoint: 
         f.write("\n".join(explains))
     with open(os.path.join(out_dir, "ui.json"), "w") as f:
         json.dump(ui_dump(spark), f)
-    spark.stop()
 
 
 if __name__ == "__main__":
