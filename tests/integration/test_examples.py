@@ -1,4 +1,7 @@
-"""The examples run as a user runs them: as their own processes, from the command line."""
+"""The examples run as a user runs them: as their own processes, from the command line.
+
+The orders pipeline runs through ``spark-submit`` with spark-conf/ as documented there
+(``--properties-file`` and ``SPARK_CONF_DIR`` for its log4j2.properties)."""
 
 from __future__ import annotations
 
@@ -16,6 +19,7 @@ from ..helpers import SyncNats, child_processes, spark_submit_command, wait_unti
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
+JVM_INFO = re.compile(r"^\d\d/\d\d/\d\d \d\d:\d\d:\d\d INFO (?!Python)\w+: ")
 
 
 def _clean_env() -> dict[str, str]:
@@ -66,8 +70,10 @@ def test_orders_pipeline_stops_on_sigterm_and_resumes_exactly_once(nats_server, 
         str(EXAMPLES / "orders_pipeline.py"), "--servers", nats_server.url, "--source-stream", source,
         "--target-stream", target, "--checkpoint", str(tmp_path / "chk"), "--max-messages-per-trigger", "500"]
 
+    # As spark-conf/ documents it: the properties file (in the command) and its log4j2.properties.
+    env = {**os.environ, "SPARK_CONF_DIR": str(ROOT / "spark-conf")}
     job = subprocess.Popen(command + ["--trigger", "1 second"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                           text=True, start_new_session=True)
+                           text=True, start_new_session=True, env=env)
     try:
         wait_until(lambda: job.poll() is not None or (
             "error" not in nats_client.api(f"STREAM.INFO.{target}")
@@ -83,6 +89,12 @@ def test_orders_pipeline_stops_on_sigterm_and_resumes_exactly_once(nats_server, 
             os.killpg(job.pid, signal.SIGKILL)
     assert job.returncode == 0, err[-3000:]
     assert "stopping on signal" in out and "stopped cleanly" in out
+    # spark-conf/log4j2.properties prints "%d %p %c{1}: %m" at WARN: Spark's own INFO lines (SparkContext's
+    # "Running Spark version ..." first of all) would read "... INFO SparkContext: ...", while the
+    # connector's per-batch totals (logged by the Python workers) stay visible.
+    jvm_info = [line for line in err.splitlines() if JVM_INFO.match(line)]
+    assert jvm_info == [], jvm_info[:5]
+    assert re.search(r"JetStream sink batch \d+ committed: \d+ published", err), err[-3000:]
 
     _publish_orders(nats_client, f"{source.lower()}.new", 3000, 1000)
     done = subprocess.run(command + ["--trigger", "availableNow"], capture_output=True, text=True, timeout=300)
