@@ -17,6 +17,12 @@ os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 # Bind Spark to loopback: tests talk only to this machine.
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+# Every JVM the tests start (this session's, and those of the jobs they run as their own
+# processes) compiles with C1 only: the tests' Spark jobs are short and their data tiny, so
+# C2's optimising compiles cost more CPU than they ever win back. Measured on 2 cores: the
+# same integration tests took 182 s instead of 224 s. Each JVM prints "Picked up
+# JAVA_TOOL_OPTIONS" on stderr once. A value the caller set is kept.
+os.environ.setdefault("JAVA_TOOL_OPTIONS", "-XX:TieredStopAtLevel=1")
 
 _names = itertools.count(1)
 
