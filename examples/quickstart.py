@@ -144,7 +144,7 @@ async def show_stream(servers: str, stream: str, limit: int = 5) -> None:
 
 
 def _expiry(stored: dt.datetime, ttl: str) -> str:
-    from pyspark_jetstream.ttl import server_ttl_seconds
+    from pyspark_jetstream.protocol.ttl import server_ttl_seconds
 
     seconds = server_ttl_seconds(ttl)
     return (stored + dt.timedelta(seconds=seconds)).isoformat(timespec="seconds") if seconds else "-"

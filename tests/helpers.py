@@ -14,6 +14,8 @@ from typing import Any
 
 import nats
 
+from pyspark_jetstream.protocol.headers import parse_headers
+
 
 def wait_until(condition: Callable[[], Any], *, timeout: float = 30.0, interval: float = 0.05, what: str = "") -> Any:
     """Poll ``condition`` until it returns something truthy; fail after ``timeout``."""
@@ -83,13 +85,7 @@ class SyncNats:
                 assert reply["error"]["err_code"] == 10037, reply
                 return out
             m = reply["message"]
-            headers: dict[str, list[str]] = {}
-            if m.get("hdrs"):
-                block = base64.b64decode(m["hdrs"]).decode()
-                for line in block.split("\r\n")[1:]:
-                    if line:
-                        k, _, v = line.partition(":")
-                        headers.setdefault(k.strip(), []).append(v.strip())
+            headers = parse_headers(base64.b64decode(m["hdrs"])) if m.get("hdrs") else {}
             out.append(StoredMessage(m["subject"], m["seq"], base64.b64decode(m.get("data") or b""), headers, m["time"]))
             seq = m["seq"] + 1
 

@@ -24,14 +24,14 @@ class JetStreamDataSource(DataSource):
         return "jetstream"
 
     def schema(self) -> str:
-        from .source_rows import KV_SCHEMA_DDL, SOURCE_SCHEMA_DDL
+        from .source.rows import KV_SCHEMA_DDL, SOURCE_SCHEMA_DDL
 
         return KV_SCHEMA_DDL if "bucket" in self.options else SOURCE_SCHEMA_DDL
 
     def _source_options(self, schema, streaming: bool):
         from .errors import SchemaError
         from .options import parse_source_options
-        from .source_rows import arrow_schema
+        from .source.rows import arrow_schema
 
         opts = parse_source_options(self.options, streaming=streaming)
         expected = arrow_schema(opts.bucket is not None).names
@@ -42,23 +42,23 @@ class JetStreamDataSource(DataSource):
         return opts
 
     def reader(self, schema):
-        from .reader import JetStreamBatchReader
+        from .source.reader import JetStreamBatchReader
 
         return JetStreamBatchReader(self._source_options(schema, streaming=False))
 
     def streamReader(self, schema):
-        from .reader import JetStreamStreamReader
+        from .source.reader import JetStreamStreamReader
 
         return JetStreamStreamReader(self._source_options(schema, streaming=True))
 
     def writer(self, schema, overwrite: bool):
-        from .sink_setup import plan_sink
-        from .writer import JetStreamBatchWriter
+        from .sink.setup import plan_sink
+        from .sink.writer import JetStreamBatchWriter
 
         return JetStreamBatchWriter(plan_sink(self.options, schema, overwrite=overwrite, streaming=False))
 
     def streamWriter(self, schema, overwrite: bool):
-        from .sink_setup import plan_sink
-        from .writer import JetStreamStreamWriter
+        from .sink.setup import plan_sink
+        from .sink.writer import JetStreamStreamWriter
 
         return JetStreamStreamWriter(plan_sink(self.options, schema, overwrite=overwrite, streaming=True))

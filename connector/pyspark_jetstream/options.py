@@ -18,10 +18,10 @@ import os
 import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from .errors import OptionError
-from .ttl import ALLOWED_TTL, InvalidTtl, parse_go_duration, resolve_ttl
+from .protocol.ttl import ALLOWED_TTL, InvalidTtl, parse_go_duration, resolve_ttl
 
 # Keys Spark itself puts into a query's options; never ours to judge.
 SPARK_OWNED_KEYS = frozenset({"path", "checkpointlocation", "queryname"})
@@ -470,12 +470,20 @@ def parse_name(raw: str) -> str:
     return raw.strip()
 
 
-def parse_starting_offsets(raw: str) -> tuple[str, int | None]:
+class StartingPosition(NamedTuple):
+    """Where a read starts: ``kind`` is 'earliest', 'latest', 'sequence' (``value`` the first
+    sequence read) or 'timestamp' (``value`` a UTC datetime)."""
+
+    kind: str
+    value: Any = None
+
+
+def parse_starting_offsets(raw: str) -> StartingPosition:
     text = raw.strip().lower()
     if text in ("earliest", "latest"):
-        return text, None
+        return StartingPosition(text)
     if text.isdigit() and int(text) >= 1:
-        return "sequence", int(text)
+        return StartingPosition("sequence", int(text))
     raise ValueError(raw)
 
 
@@ -563,7 +571,7 @@ class SourceOptions:
     stream: str
     subjects: tuple[str, ...] | None
     bucket: str | None
-    starting: tuple[str, Any]  # ("earliest"|"latest"|"sequence"|"timestamp", value)
+    starting: StartingPosition
     ending_seq: int | None
     max_messages_per_trigger: int | None
     num_partitions: int
@@ -585,7 +593,7 @@ class SourceOptions:
 
 
 def parse_source_options(raw: Mapping[str, str], *, streaming: bool) -> SourceOptions:
-    from .pull_engine import ConsumeConfig
+    from .protocol.pull_engine import ConsumeConfig, InvalidConsumeConfig
 
     values = parse_table(raw, CONNECTION_OPTIONS + SOURCE_OPTIONS, direction="reading", other_direction=SINK_OPTIONS)
     given = {k.lower() for k in raw}
@@ -599,11 +607,11 @@ def parse_source_options(raw: Mapping[str, str], *, streaming: bool) -> SourceOp
         raise OptionError("startingTimestamp", raw.get("startingTimestamp", "<set>"),
                           "Set either 'startingOffsets' or 'startingTimestamp', not both.")
     if values["startingTimestamp"] is not None:
-        starting: tuple[str, Any] = ("timestamp", values["startingTimestamp"])
+        starting = StartingPosition("timestamp", values["startingTimestamp"])
     elif values["startingOffsets"] is not None:
         starting = values["startingOffsets"]
     else:
-        starting = ("latest", None) if streaming else ("earliest", None)
+        starting = StartingPosition("latest" if streaming else "earliest")
     if streaming and "endingoffsets" in given:
         raise OptionError("endingOffsets", values["endingOffsets"], "It applies to batch reads only (spark.read).")
     for name in ("maxMessagesPerTrigger", "bookmarkConsumer"):
@@ -618,10 +626,8 @@ def parse_source_options(raw: Mapping[str, str], *, streaming: bool) -> SourceOp
             expires=values["consume.expires"],
             idle_heartbeat=values["consume.idleHeartbeat"],
         )
-    except ValueError as exc:
-        named = re.search(r"consume\.\w+", str(exc))
-        option = named.group(0) if named else "consume.maxMessages"
-        raise OptionError(option, raw.get(option, values.get(option)), f"Expected {exc}.") from None
+    except InvalidConsumeConfig as exc:
+        raise OptionError(exc.option, raw.get(exc.option, values.get(exc.option)), f"Expected {exc}.") from None
     return SourceOptions(
         connection=connection,
         stream=stream,

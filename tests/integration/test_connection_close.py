@@ -27,17 +27,18 @@ import pyarrow as pa
 import pytest
 from pyspark.sql.types import StringType, StructField, StructType
 
-from pyspark_jetstream import runtime
+from pyspark_jetstream.client import runtime
+from pyspark_jetstream.client.jsapi import stream_info
+from pyspark_jetstream.client.nats_internals import send_raw
 from pyspark_jetstream.errors import AckTimeoutError, JetStreamConnectorError, PartitionReadError
-from pyspark_jetstream.jsapi import stream_info
 from pyspark_jetstream.options import parse_sink_options, parse_source_options
-from pyspark_jetstream.partition_reader import PartitionReader, read_partition
-from pyspark_jetstream.publisher import Publisher
+from pyspark_jetstream.protocol.frames import hpub_frame
 from pyspark_jetstream.server import EmbeddedNatsServer
-from pyspark_jetstream.sink_encoder import hpub_frame
-from pyspark_jetstream.sink_setup import plan_sink
-from pyspark_jetstream.wire import send_raw
-from pyspark_jetstream.writer import write_partition
+from pyspark_jetstream.sink.encoder import OutFrame
+from pyspark_jetstream.sink.publisher import Publisher
+from pyspark_jetstream.sink.setup import plan_sink
+from pyspark_jetstream.sink.writer import write_partition
+from pyspark_jetstream.source.partition_reader import PartitionReader, read_partition
 
 from ..helpers import SyncNats, fill_stream, wait_until
 
@@ -56,8 +57,9 @@ def test_publishes_awaiting_acks_fail_at_once_naming_the_close(nats_server, nats
     async def go() -> None:
         nc = await runtime.connection(opts)
         pub = await Publisher(nc, max_pending=100, ack_timeout=20, idempotent=True).start()
-        frames = [(i, hpub_frame(f"{stream_name}.a", f"{pub.reply_prefix}{i}", b"NATS/1.0\r\n\r\n", b"x"))
-                  for i in range(5)]
+        block = b"NATS/1.0\r\n\r\n"
+        frames = [tuple(OutFrame(i, hpub_frame(f"{stream_name}.a", f"{pub.reply_prefix}{i}", block, b"x"),
+                                 f"{stream_name}.a", None, None, len(block), 1)) for i in range(5)]
         await send_raw(nc, _oversized(nc))  # the server closes the connection on this one ...
         await pub.publish(frames)  # ... so these are never acknowledged
         await asyncio.wait_for(pub.drain(), timeout=60)

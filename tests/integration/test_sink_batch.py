@@ -305,8 +305,8 @@ def test_task_commit_message_counts_published_duplicates_dead_letters_expired(sp
     """write_partition (what each Spark task runs) against the real server, outside Spark."""
     import pyarrow as pa
 
-    from pyspark_jetstream.sink_setup import plan_sink
-    from pyspark_jetstream.writer import log_totals, write_partition
+    from pyspark_jetstream.sink.setup import plan_sink
+    from pyspark_jetstream.sink.writer import log_totals, write_partition
 
     nats_client.add_stream(stream_name, [f"{stream_name}.>"], allow_msg_ttl=True)
     nats_client.add_stream(stream_name + "DLQ", [f"{stream_name}dlq"])

@@ -8,8 +8,8 @@ except the documented divergences, which are asserted as documented.
 
 import pytest
 
-from pyspark_jetstream.jsapi import ERR_MESSAGE_TTL_INVALID
-from pyspark_jetstream.ttl import InvalidTtl, resolve_ttl, server_ttl_seconds
+from pyspark_jetstream.client.jsapi import ERR_MESSAGE_TTL_INVALID
+from pyspark_jetstream.protocol.ttl import InvalidTtl, resolve_ttl, server_ttl_seconds
 
 VALUES = [
     # plain integers

@@ -7,9 +7,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pyspark_jetstream.errors import PublishError
-from pyspark_jetstream.headers import encode_block, parse_block
-from pyspark_jetstream.sink_encoder import RowRejection, parse_hpub_frame
-from pyspark_jetstream.writer import DLQ_ORIGINAL_SIZE, DLQ_ROW, DLQ_TRUNCATED, dead_letter_frame
+from pyspark_jetstream.protocol.frames import parse_hpub_frame
+from pyspark_jetstream.protocol.headers import (
+    DLQ_ORIGINAL_SIZE,
+    DLQ_ROW,
+    DLQ_TRUNCATED,
+    encode_block,
+    parse_headers,
+)
+from pyspark_jetstream.sink.encoder import RowRejection
+from pyspark_jetstream.sink.writer import dead_letter_frame
 
 
 def _frame(payload: bytes, max_payload: int, *, subject: str = "orders.eu", reason: str = "refused",
@@ -20,7 +27,7 @@ def _frame(payload: bytes, max_payload: int, *, subject: str = "orders.eu", reas
     line = frame.split(b"\r\n", 1)[0].split(b" ")
     assert int(line[-1]) == len(frame) - len(frame.split(b"\r\n", 1)[0]) - 4  # total size as announced
     _, block, body = parse_hpub_frame(frame)
-    return frame, parse_block(block)[1], body
+    return frame, parse_headers(block), body
 
 
 def test_a_row_that_fits_is_dead_lettered_whole():

@@ -1,11 +1,12 @@
 import pytest
 
-from pyspark_jetstream.headers import (
+from pyspark_jetstream.protocol.headers import (
     InvalidHeader,
     check_header_name,
     check_header_value,
     encode_block,
-    parse_block,
+    parse_headers,
+    parse_status,
 )
 
 
@@ -37,6 +38,5 @@ def test_bad_values(value):
 def test_block_round_trip_with_repeated_keys():
     block = encode_block([("A", "1"), ("A", "2"), ("B", "x: y")])
     assert block == b"NATS/1.0\r\nA: 1\r\nA: 2\r\nB: x: y\r\n\r\n"
-    status, parsed = parse_block(block)
-    assert status is None and parsed == {"A": ["1", "2"], "B": ["x: y"]}
-    assert parse_block(b"NATS/1.0 503\r\n\r\n")[0] == "503"
+    assert parse_status(block) == (0, "") and parse_headers(block) == {"A": ["1", "2"], "B": ["x: y"]}
+    assert parse_status(b"NATS/1.0 503\r\n\r\n") == (503, "")

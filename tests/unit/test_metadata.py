@@ -1,6 +1,11 @@
 import pytest
 
-from pyspark_jetstream.metadata import AckMetadata, NotAnAckSubject, fast_fields, parse_ack_subject
+from pyspark_jetstream.protocol.ack_subject import (
+    AckMetadata,
+    NotAnAckSubject,
+    fast_fields,
+    parse_ack_subject,
+)
 
 
 def test_v1_subject():

@@ -3,7 +3,7 @@
 import pytest
 
 from pyspark_jetstream.errors import DataLossError, JetStreamConnectorError, StreamRecreatedError
-from pyspark_jetstream.planning import (
+from pyspark_jetstream.source.planning import (
     BACKWARDS,
     RECREATED,
     SeqRange,

@@ -4,9 +4,10 @@ import json
 
 import pytest
 
-from pyspark_jetstream.pull_engine import (
+from pyspark_jetstream.protocol.pull_engine import (
     BYTES_MODE_BATCH,
     ConsumeConfig,
+    InvalidConsumeConfig,
     Outcome,
     PullEngine,
     PullRequest,
@@ -35,21 +36,23 @@ def test_bytes_mode_uses_a_large_batch():
 
 
 @pytest.mark.parametrize(
-    "kw, rule",
+    "kw, option, rule",
     [
-        ({"max_messages": 10, "max_bytes": 10}, "exclusive"),
-        ({"expires": 0.5}, "at least 1s"),
-        ({"expires": 30, "idle_heartbeat": 0.2}, "between 500ms and 30s"),
-        ({"expires": 2, "idle_heartbeat": 1.5}, "at most half"),
-        ({"max_messages": 0}, "at least 1"),
-        ({"max_messages": 10, "threshold_messages": 11}, "thresholdMessages"),
-        ({"max_bytes": 10, "threshold_bytes": 11}, "thresholdBytes"),
-        ({"threshold_bytes": 5}, "needs consume.maxBytes"),
+        ({"max_messages": 10, "max_bytes": 10}, "consume.maxMessages", "exclusive"),
+        ({"expires": 0.5}, "consume.expires", "at least 1s"),
+        ({"expires": 30, "idle_heartbeat": 0.2}, "consume.idleHeartbeat", "between 500ms and 30s"),
+        ({"expires": 2, "idle_heartbeat": 1.5}, "consume.idleHeartbeat", "at most half"),
+        ({"max_messages": 0}, "consume.maxMessages", "at least 1"),
+        ({"max_bytes": 0}, "consume.maxBytes", "at least 1"),
+        ({"max_messages": 10, "threshold_messages": 11}, "consume.thresholdMessages", "between 0 and"),
+        ({"max_bytes": 10, "threshold_bytes": 11}, "consume.thresholdBytes", "between 0 and"),
+        ({"threshold_bytes": 5}, "consume.thresholdBytes", "needs consume.maxBytes"),
     ],
 )
-def test_configuration_rules(kw, rule):
-    with pytest.raises(ValueError, match=rule):
+def test_configuration_rules(kw, option, rule):
+    with pytest.raises(InvalidConsumeConfig, match=rule) as info:
         cfg(**kw)
+    assert info.value.option == option  # the option the user must change, named by the rule itself
 
 
 def test_pull_request_wire_format_uses_server_field_names():
@@ -137,21 +140,24 @@ def test_counters_never_go_negative():
         (408, "Request Timeout", Outcome.IGNORE),
         (409, "Message Size Exceeds MaxBytes", Outcome.IGNORE),
         (409, "Batch Completed", Outcome.IGNORE),
-        (400, "Bad Request", Outcome.TERMINAL),
-        (400, "Bad Request - heartbeat value too large", Outcome.TERMINAL),
-        (409, "Consumer Deleted", Outcome.TERMINAL),
-        (409, "Consumer is push based", Outcome.TERMINAL),
+        (400, "Bad Request", Outcome.FAIL),
+        (400, "Bad Request - heartbeat value too large", Outcome.FAIL),
+        (409, "Consumer Deleted", Outcome.RECREATE),
+        (409, "Consumer is push based", Outcome.FAIL),
         (409, "Exceeded MaxRequestBatch of 5", Outcome.WARN),
         (409, "Exceeded MaxRequestExpires of 1s", Outcome.WARN),
         (409, "Exceeded MaxRequestMaxBytes of 100", Outcome.WARN),
         (409, "Exceeded MaxWaiting", Outcome.WARN),
-        (409, "Leadership Change", Outcome.WARN),
+        (409, "Leadership Change", Outcome.REPULL),
         (409, "Server Shutdown", Outcome.WARN),
         (408, "Interest Expired", Outcome.WARN),
         (408, "Requests Pending", Outcome.WARN),
-        (423, "Nats-Pin-Id mismatch", Outcome.WARN),
+        (423, "Nats-Pin-Id mismatch", Outcome.REPULL),
+        (423, "Nats-Wrong-Pin-Id", Outcome.REPULL),
         (412, "Required Api Level", Outcome.WARN),
-        (503, "", Outcome.TERMINAL),
+        (503, "", Outcome.RECREATE),
+        (503, "No Responders", Outcome.RECREATE),
+        (409, "Something New", Outcome.WARN),
     ],
 )
 def test_status_table(code, description, outcome):
@@ -182,7 +188,7 @@ def test_reset_statuses_force_a_full_repull(code, description):
     e = PullEngine(cfg(max_messages=10))
     sent(e)
     verdict = e.on_status(code, description)
-    assert verdict.outcome is Outcome.WARN and e.pending_msgs == 0
+    assert verdict.outcome is Outcome.REPULL and e.pending_msgs == 0
     assert sent(e).batch == 10
 
 

@@ -2,14 +2,14 @@
 
 from pathlib import Path
 
-from pyspark_jetstream.docs import render
+from pyspark_jetstream.tools.docs import render
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 
 
 def test_readme_option_tables_match_the_code():
     text = README.read_text()
-    assert render(text) == text, "run: python -m pyspark_jetstream.docs README.md"
+    assert render(text) == text, "run: python -m pyspark_jetstream.tools.docs README.md"
 
 
 def test_readme_starts_with_the_two_commands():

@@ -18,14 +18,15 @@ from pyspark.sql.types import (
 )
 
 from pyspark_jetstream.errors import SchemaError
-from pyspark_jetstream.headers import parse_block
-from pyspark_jetstream.sink_encoder import (
+from pyspark_jetstream.protocol.frames import parse_hpub_frame
+from pyspark_jetstream.protocol.headers import parse_headers
+from pyspark_jetstream.sink.encoder import (
     BatchEncoder,
     EncoderConfig,
     InputLayout,
     MsgIds,
+    OutFrame,
     layout_from_schema,
-    parse_hpub_frame,
 )
 
 UTC = dt.timezone.utc
@@ -40,7 +41,7 @@ def config(**kw):
 
 def decode(frame):
     subject, block, payload = parse_hpub_frame(frame)
-    return subject, parse_block(block)[1], payload
+    return subject, parse_headers(block), payload
 
 
 def schema(*fields):
@@ -81,7 +82,7 @@ def encode(rows, layout, cfg=None, ids=None, names=None, types=None, now=None):
 def test_basic_frames_carry_reply_position_ttl_and_msg_id():
     out = encode([{"subject": "a.b", "data": b"x", "ttl": "1h"}, {"subject": "a.c", "data": None, "ttl": None}],
                  InputLayout(subject="subject", ttl="ttl"), config(default_ttl="30", expected_stream="S"), ids=MsgIds("q:1", 0))
-    assert [p for p, _ in out.frames] == [100, 101]
+    assert [p for p, *_ in out.frames] == [100, 101]
     first = out.frames[0][1]
     assert first.startswith(b"HPUB a.b _INBOX.x.100 ")
     subject, headers, payload = decode(first)
@@ -127,7 +128,7 @@ def test_bad_rows_are_rejected_with_position_and_column(row, column, reason):
     types = [("subject", pa.string()), ("data", pa.binary()), ("ttl", pa.string()), ("msg_id", pa.string())]
     good = {"subject": "ok", "data": b"g", "ttl": None, "msg_id": None}
     out = encode([good, row, good], InputLayout(subject="subject", ttl="ttl", msg_id="msg_id"), types=types)
-    assert [p for p, _ in out.frames] == [100, 102]
+    assert [p for p, *_ in out.frames] == [100, 102]
     (rej,) = out.rejected
     assert rej.position == 101 and rej.column == column and reason in rej.reason and rej.payload == b"x"
 
@@ -154,7 +155,7 @@ def test_preserve_expiry_uses_remaining_lifetime_and_counts_expired():
     out = encode(rows, InputLayout(subject="subject", ttl="ttl", expires_at="expires_at"), config(preserve_expiry=True),
                  types=types, now=now)
     assert out.expired == 1
-    assert [decode(f)[1]["Nats-TTL"] for _, f in out.frames] == [["91"], ["never"]]
+    assert [decode(f)[1]["Nats-TTL"] for _, f, *_ in out.frames] == [["91"], ["never"]]
 
 
 def test_expires_at_is_ignored_without_preserve_expiry():
@@ -191,7 +192,7 @@ SOURCE_LAYOUT = InputLayout(subject="subject", source_stream="stream", source_se
 
 
 def _ids(out):
-    return [decode(frame)[1]["Nats-Msg-Id"][0] for _, frame in out.frames]
+    return [decode(frame)[1]["Nats-Msg-Id"][0] for _, frame, *_ in out.frames]
 
 
 def test_rows_with_a_source_position_get_content_addressed_ids():
@@ -257,7 +258,7 @@ def test_delete_markers_are_skipped_and_counted():
     rows = [{"subject": "t.a", "data": b"", "stream": "SRC", "seq": s, "headers": None, "ttl": None,
              "marker_reason": m} for s, m in ((1, None), (2, "MaxAge"), (3, None))]
     out = encode(rows, READ_LAYOUT, ids=MsgIds("q:1", 0), types=READ_TYPES)
-    assert [p for p, _ in out.frames] == [100, 102] and out.markers_skipped == 1 and not out.rejected
+    assert [p for p, *_ in out.frames] == [100, 102] and out.markers_skipped == 1 and not out.rejected
 
 
 def test_the_users_own_rows_still_refuse_reserved_headers():
@@ -265,3 +266,31 @@ def test_the_users_own_rows_still_refuse_reserved_headers():
     types = [("subject", pa.string()), ("data", pa.binary()), ("headers", pa.map_(pa.string(), pa.list_(pa.string())))]
     out = encode(rows, InputLayout(subject="subject", headers="headers", headers_multi=True), types=types)
     assert not out.frames and "reserved" in out.rejected[0].reason
+
+
+def test_each_frame_carries_its_subject_ttl_and_id_and_slices_back_to_its_block_and_payload():
+    rows = [{"subject": "a.b", "data": b"x\r\ny", "ttl": "1h", "headers": [("X-A", ["1", "2"])]},
+            {"subject": None, "data": b"", "ttl": None, "headers": None}]
+    types = [("subject", pa.string()), ("data", pa.binary()), ("ttl", pa.string()),
+             ("headers", pa.map_(pa.string(), pa.list_(pa.string())))]
+    out = encode(rows, InputLayout(subject="subject", ttl="ttl", headers="headers", headers_multi=True),
+                 config(default_subject="d.s", default_ttl="30", expected_stream="S"), ids=MsgIds("q:1", 0), types=types)
+    assert len(out.frames) == 2
+    for raw in out.frames:
+        sent = OutFrame._make(raw)
+        subject, block, payload = parse_hpub_frame(sent.frame)
+        headers = parse_headers(block)
+        assert (sent.subject, sent.header_block, sent.payload) == (subject, block, payload)
+        assert [sent.ttl] == headers["Nats-TTL"] and [sent.msg_id] == headers["Nats-Msg-Id"]
+    assert [OutFrame._make(f).subject for f in out.frames] == ["a.b", "d.s"]
+
+
+def test_refused_rows_are_reported_in_row_order_whichever_step_refused_them():
+    rows = [{"subject": "a", "data": b"0", "ttl": "-5", "msg_id": None},  # refused by the TTL step
+            {"subject": "bad subject", "data": b"1", "ttl": None, "msg_id": None},  # refused by the subject step
+            {"subject": "a", "data": b"2", "ttl": None, "msg_id": "x\ny"},  # refused by the msg-id step
+            {"subject": None, "data": b"3", "ttl": None, "msg_id": None}]  # no subject
+    out = encode(rows, InputLayout(subject="subject", ttl="ttl", msg_id="msg_id"))
+    assert [(r.position, r.column) for r in out.rejected] == [(100, "ttl"), (101, "subject"), (102, "msg_id"),
+                                                              (103, "subject")]
+    assert out.frames == []

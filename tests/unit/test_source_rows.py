@@ -1,7 +1,7 @@
 """Raw messages -> Arrow batches of the source schema; status parsing."""
 
-from pyspark_jetstream.partition_reader import parse_status
-from pyspark_jetstream.source_rows import BatchBuilder, arrow_schema, parse_headers
+from pyspark_jetstream.protocol.headers import parse_headers, parse_status
+from pyspark_jetstream.source.rows import BatchBuilder, arrow_schema
 
 TS = 1_795_300_244_041_189_227
 
@@ -86,7 +86,8 @@ def test_odd_headers_and_binary_payloads_come_through():
 
 
 def test_parse_status_lines():
-    assert parse_status(b"NATS/1.0 408 Request Timeout\r\nNats-Pending-Messages: 7\r\nNats-Pending-Bytes: 0\r\n\r\n") == (
-        408, "Request Timeout", {"Nats-Pending-Messages": "7", "Nats-Pending-Bytes": "0"})
-    assert parse_status(b"NATS/1.0 503\r\n\r\n") == (503, "", {})
+    block = b"NATS/1.0 408 Request Timeout\r\nNats-Pending-Messages: 7\r\nNats-Pending-Bytes: 0\r\n\r\n"
+    assert parse_status(block) == (408, "Request Timeout")
+    assert parse_headers(block) == {"Nats-Pending-Messages": ["7"], "Nats-Pending-Bytes": ["0"]}
+    assert parse_status(b"NATS/1.0 503\r\n\r\n") == (503, "") and parse_headers(b"NATS/1.0 503\r\n\r\n") == {}
     assert parse_status(b"NATS/1.0 100 Idle Heartbeat\r\nNats-Last-Consumer: 4\r\n\r\n")[:2] == (100, "Idle Heartbeat")

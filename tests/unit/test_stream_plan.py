@@ -4,7 +4,7 @@ import pytest
 
 from pyspark_jetstream.errors import StreamConfigError
 from pyspark_jetstream.options import parse_sink_options
-from pyspark_jetstream.stream_admin import (
+from pyspark_jetstream.protocol.stream_rules import (
     check_ttl_transition,
     new_stream_config,
     plan_stream,

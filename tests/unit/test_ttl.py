@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pyspark_jetstream.ttl import (
+from pyspark_jetstream.protocol.ttl import (
     InvalidTtl,
     parse_go_duration,
     remaining_ttl_seconds,

@@ -20,10 +20,10 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
-from . import jsapi, runtime
-from .errors import DataLossError, JetStreamApiError, StreamConfigError, StreamRecreatedError
-from .logs import get_logger
-from .options import SourceOptions
+from ..client import jsapi, runtime
+from ..errors import DataLossError, JetStreamApiError, StreamConfigError, StreamRecreatedError
+from ..logs import get_logger
+from ..options import SourceOptions
 from .planning import (
     StreamBounds,
     end_seq,
@@ -113,14 +113,14 @@ def _recreated(opts: SourceOptions, offset: dict, bounds: StreamBounds, going_on
 
 
 def _starting_seq(opts: SourceOptions, bounds: StreamBounds) -> int:
-    mode, value = opts.starting
-    if mode == "timestamp":
+    start = opts.starting
+    if start.kind == "timestamp":
         async def lookup() -> int | None:
             nc = await runtime.connection(opts.connection)
-            return await jsapi.first_seq_at_or_after(nc, opts.stream, value, opts.api_prefix)
+            return await jsapi.first_seq_at_or_after(nc, opts.stream, start.value, opts.api_prefix)
 
         return initial_seq("timestamp", bounds, timestamp_seq=_ask_server(opts, lookup, "The start-time lookup"))
-    return initial_seq(mode, bounds, sequence=value)
+    return initial_seq(start.kind, bounds, sequence=start.value)
 
 
 def _plan_partitions(opts: SourceOptions, start: int, end: int, bounds: StreamBounds,

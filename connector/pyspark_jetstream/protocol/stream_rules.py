@@ -1,10 +1,10 @@
-"""The sink's stream check and setup (option ``ensureStream``), with ADR-43's rules.
+"""What the sink's ``ensureStream`` may create or change in a stream: ADR-43's rules, as a pure plan.
 
 The decisions are pure functions of the stream's current config and the sink's
 options (:func:`plan_stream`), so every ADR-43 restriction is unit-tested
-without a server; :func:`ensure_stream` only does the I/O around them. ADR-43
-restrictions enforced here, before the server would refuse or silently change
-something:
+without a server; :mod:`pyspark_jetstream.sink.stream_admin` only does the I/O
+around them. ADR-43 restrictions enforced here, before the server would refuse
+or silently change something:
 
 * AllowMsgTTL can be enabled on an existing stream, never disabled;
 * SubjectDeleteMarkerTTL is at least 1s and never set on a mirror;
@@ -16,14 +16,12 @@ something:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from . import jsapi
-from .errors import JetStreamApiError, StreamConfigError
-from .logs import get_logger
-from .options import SinkOptions
+from ..errors import StreamConfigError
 
-log = get_logger("stream_admin")
+if TYPE_CHECKING:  # the sink's parsed options, read here, never imported at run time
+    from ..options import SinkOptions
 
 _NS = 1_000_000_000
 
@@ -168,50 +166,3 @@ def check_ttl_transition(current: dict[str, Any], desired: dict[str, Any]) -> No
                 f"Stream '{desired.get('name')}': SubjectDeleteMarkerTTL requires AllowRollup=true and "
                 "DenyPurge=false (ADR-43)."
             )
-
-
-async def ensure_stream(nc, opts: SinkOptions, needs_ttl: bool) -> StreamPlan:
-    """Check (and per ``ensureStream`` create or update) the target stream; return what was done."""
-    info = await jsapi.stream_info(nc, opts.stream, opts.api_prefix)
-    plan = plan_stream(info["config"] if info else None, opts, needs_ttl)
-    try:
-        if plan.action == "create":
-            await jsapi.create_stream(nc, plan.config, opts.api_prefix)
-        elif plan.action == "update":
-            await jsapi.update_stream(nc, plan.config, opts.api_prefix)
-    except JetStreamApiError as exc:
-        raise StreamConfigError(
-            f"Could not {plan.action} stream '{opts.stream}': {exc.description} (err_code {exc.err_code}). "
-            "Check the 'stream.*' options."
-        ) from None
-    if plan.action != "none":
-        log.info("Stream %s: %s", opts.stream, "; ".join(plan.changes))
-    return plan
-
-
-async def check_dead_letter_subject(nc, subject: str, prefix: str = jsapi.API_PREFIX) -> str:
-    """The dead-letter subject must be stored somewhere, or diverted rows would be lost."""
-    names = await jsapi.stream_names_for_subject(nc, subject, prefix)
-    if not names:
-        raise StreamConfigError(
-            f"No stream captures the dead-letter subject '{subject}' (option 'deadLetterSubject'), so rejected rows "
-            f"would be lost. Create one, e.g. `nats stream add DLQ --subjects '{subject}'`."
-        )
-    return names[0]
-
-
-async def check_capturing_stream(nc, subject: str, prefix: str = jsapi.API_PREFIX) -> None:
-    """Without option 'stream', TTL rows still need a stream that allows TTLs."""
-    names = await jsapi.stream_names_for_subject(nc, subject, prefix)
-    if not names:
-        raise StreamConfigError(
-            f"No stream captures subject '{subject}' (option 'subject'). Create one, or name it in option 'stream' "
-            "with ensureStream='create'."
-        )
-    info = await jsapi.stream_info(nc, names[0], prefix)
-    if info and not info["config"].get("allow_msg_ttl"):
-        raise StreamConfigError(
-            f"Stream '{names[0]}' (which captures '{subject}') does not allow per-message TTLs (AllowMsgTTL is "
-            f"false), but rows can carry a TTL. Enable it with `nats stream edit {names[0]} --allow-msg-ttl`, or "
-            "set options stream and ensureStream='update'."
-        )

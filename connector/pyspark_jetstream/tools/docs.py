@@ -1,7 +1,7 @@
 """Generate the README's option tables from the option definitions.
 
-    python -m pyspark_jetstream.docs README.md     # rewrite the tables in place
-    python -m pyspark_jetstream.docs --check README.md
+    python -m pyspark_jetstream.tools.docs README.md     # rewrite the tables in place
+    python -m pyspark_jetstream.tools.docs --check README.md
 
 Each table sits between ``<!-- options:NAME -->`` and ``<!-- /options:NAME -->``;
 a test runs the check so the README and the code cannot drift apart.
@@ -13,7 +13,7 @@ import re
 import sys
 from pathlib import Path
 
-from .options import CONNECTION_OPTIONS, SINK_OPTIONS, SOURCE_OPTIONS, OptionSpec
+from ..options import CONNECTION_OPTIONS, SINK_OPTIONS, SOURCE_OPTIONS, OptionSpec
 
 TABLES: dict[str, tuple[OptionSpec, ...]] = {
     "connection": CONNECTION_OPTIONS,
@@ -48,7 +48,7 @@ def main(argv: list[str]) -> int:
     rendered = render(text)
     if check:
         if rendered != text:
-            print(f"{path}: option tables are out of date; run python -m pyspark_jetstream.docs {path}")
+            print(f"{path}: option tables are out of date; run python -m pyspark_jetstream.tools.docs {path}")
             return 1
         return 0
     path.write_text(rendered)

@@ -6,10 +6,11 @@ import uuid
 from collections.abc import Mapping
 from typing import Any
 
-from . import runtime, stream_admin
-from .errors import JetStreamConnectorError, OptionError
-from .options import parse_sink_options
-from .sink_encoder import EncoderConfig, layout_from_schema
+from ..client import runtime
+from ..errors import JetStreamConnectorError, OptionError
+from ..options import parse_sink_options
+from . import stream_admin
+from .encoder import EncoderConfig, layout_from_schema
 from .writer import SinkPlan
 
 

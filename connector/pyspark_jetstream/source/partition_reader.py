@@ -2,7 +2,7 @@
 
 Per partition: an ephemeral AckNone consumer starting at the range's first
 sequence (in memory, one replica, a short inactive threshold), one inbox
-subscription receiving raw frames (wire.raw_subscribe), and raw
+subscription receiving raw frames (nats_internals.raw_subscribe), and raw
 ``CONSUMER.MSG.NEXT`` pull requests whose size the :class:`PullEngine` decides.
 Batches go to Spark's thread through a queue as raw lists; at most
 :data:`MAX_BATCHES_AHEAD` wait there, and no pull is sent while they do, so
@@ -33,21 +33,31 @@ import uuid
 from collections.abc import Iterator
 from typing import Any
 
-from . import runtime
-from .errors import (
+from ..client import runtime
+from ..client.jsapi import (
+    ERR_MAXIMUM_CONSUMERS,
+    is_transient,
+    next_message,
+    request,
+    retry_delays,
+    stream_info,
+)
+from ..client.nats_internals import events_of, is_clustered, raw_subscribe, raw_unsubscribe, send_raw
+from ..errors import (
     DataLossError,
     JetStreamApiError,
     PartitionReadError,
     StreamConfigError,
     StreamRecreatedError,
 )
-from .jsapi import ERR_MAXIMUM_CONSUMERS, is_transient, next_message, request, retry_delays, stream_info
-from .logs import get_logger
-from .metadata import fast_fields
-from .options import SourceOptions
-from .pull_engine import Outcome, PullEngine
-from .source_rows import BatchBuilder, RawBatch
-from .wire import events_of, is_clustered, raw_subscribe, raw_unsubscribe, send_raw
+from ..logs import get_logger
+from ..options import SourceOptions
+from ..protocol.ack_subject import fast_fields
+from ..protocol.frames import pub_frame
+from ..protocol.headers import PENDING_BYTES, PENDING_MESSAGES, parse_headers, parse_status
+from ..protocol.pull_engine import Outcome, PullEngine
+from .range_tracker import RangeTracker, Step
+from .rows import BatchBuilder, RawBatch
 
 log = get_logger("source")
 
@@ -60,23 +70,10 @@ _ACK_PREFIX = b"$JS.ACK."
 _DONE = object()
 
 
-def parse_status(block: bytes) -> tuple[int, str, dict[str, str]]:
-    """``NATS/1.0 <code> <description>`` and the headers of a status message."""
-    lines = block.decode("utf-8", "replace").split("\r\n")
-    first = lines[0][len("NATS/1.0"):].strip()
-    code_text, _, description = first.partition(" ")
-    headers = {}
-    for line in lines[1:]:
-        name, sep, value = line.partition(":")
-        if sep:
-            headers[name.strip()] = value.strip()
-    return (int(code_text) if code_text.isdigit() else 0), description.strip(), headers
-
-
-def _int_header(headers: dict[str, str], name: str) -> int | None:
-    value = headers.get(name)
+def _int_header(headers: dict[str, list[str]], name: str) -> int | None:
+    values = headers.get(name)
     try:
-        return int(value) if value is not None else None
+        return int(values[-1]) if values else None
     except ValueError:
         return None
 
@@ -93,18 +90,25 @@ class PartitionReader:
         self.builder = BatchBuilder(stream, include_markers=opts.include_markers, kv_bucket=opts.bucket,
                                     max_age=max_age)
         self.engine = PullEngine(opts.consume, range_left=last - first + 1, now=time.monotonic())
-        self.last_sseq = first - 1
-        self.last_dseq = 0
+        self.range = RangeTracker(first, last, time.monotonic())
         self.ahead = 0
         self.done = False
         self.resetting = False
-        self.last_progress = time.monotonic()
         self.consumer: str | None = None
         self.nc: Any = None
         self.sub: Any = None
         self.watchdog: asyncio.Task | None = None
         self.tasks: set[asyncio.Task] = set()
         self.confirming = False  # a leader check of "nothing pending" is under way
+
+    @property
+    def last_sseq(self) -> int:
+        """The last stream sequence taken: what every error message names."""
+        return self.range.last_sseq
+
+    @property
+    def last_progress(self) -> float:
+        return self.range.last_progress
 
     # ---------------------------------------------------------------- lifecycle
 
@@ -193,7 +197,7 @@ class PartitionReader:
             self._delete_consumer(name)
             return
         self.consumer = name
-        self.last_dseq = 0
+        self.range.consumer_created()
         self.engine.reset_pending()
         self.pull_subject = f"{self.opts.api_prefix}.CONSUMER.MSG.NEXT.{self.stream}.{name}"
         if self._lost_below_first_seq(start_seq, reply):
@@ -212,19 +216,20 @@ class PartitionReader:
         after planning would be skipped silently. Filtered-out sequences never move
         the start, so they are not reported. True when the partition ended here.
         """
-        moved_to = int((reply.get("delivered") or {}).get("stream_seq", start_seq - 1)) + 1
-        if moved_to <= start_seq:
+        delivered = (reply.get("delivered") or {}).get("stream_seq")
+        lost = self.range.lost_range(start_seq, None if delivered is None else int(delivered))
+        if lost is None:
             return False
-        lost_last = min(moved_to - 1, self.last)
+        _, lost_last, moved_to = lost
         error = DataLossError(self.stream, start_seq, lost_last, moved_to)
         if self.opts.fail_on_data_loss:
             self._fail(error)
             return True
         log.warning("%s Going on from sequence %d (failOnDataLoss=false).", error, lost_last + 1)
+        skipped = self.range.skip_to(lost_last)
         if self.engine.range_left is not None:
-            self.engine.range_left = max(self.engine.range_left - (lost_last - self.last_sseq), 0)
-        self.last_sseq = lost_last
-        if lost_last >= self.last:
+            self.engine.range_left = max(self.engine.range_left - skipped, 0)
+        if self.range.complete:
             self._finish()
             return True
         return False
@@ -284,7 +289,7 @@ class PartitionReader:
             return
         self.engine.on_pull_sent(request_)
         body = request_.to_json()
-        frame = f"PUB {self.pull_subject} {self.inbox} {len(body)}\r\n".encode() + body + b"\r\n"
+        frame = pub_frame(self.pull_subject, self.inbox, body)
         self._track(send_raw(self.nc, frame))
 
     def batch_consumed(self) -> None:
@@ -319,33 +324,29 @@ class PartitionReader:
         sseq, dseq, ts, pending = fast_fields(reply)
         if self.resetting:
             return
-        if dseq != self.last_dseq + 1:
-            # A consumer-sequence gap: deliveries were lost (e.g. during a reconnect).
-            self._schedule_reset(f"consumer sequence jumped from {self.last_dseq} to {dseq}")
+        now = time.monotonic()
+        step, advance = self.range.on_message(sseq, dseq, pending, now)
+        if step is Step.GAP:  # deliveries were lost (e.g. during a reconnect)
+            self._schedule_reset(f"consumer sequence jumped from {self.range.last_dseq} to {dseq}")
             return
-        self.last_dseq = dseq
-        if sseq > self.last:
+        if step is Step.PAST_END:
             self._finish()
             return
-        now = time.monotonic()
         size = len(subject) + len(reply) + len(data) + (len(headers) if headers else 0)
-        self.engine.on_message(size, sseq - self.last_sseq, now)
-        self.last_sseq = sseq
-        self.last_progress = now
+        self.engine.on_message(size, advance, now)
         self.builder.add(subject, data, headers, sseq, ts)
         if len(self.builder) >= self.opts.batch_size:
             self._emit()
-        if sseq >= self.last:
+        if step is Step.TAKE_LAST:
             self._finish()
-            return
-        if pending == 0:
+        elif step is Step.TAKE_DRAINED:
             self._nothing_pending()
-            return
-        self._maybe_pull()
+        else:
+            self._maybe_pull()
 
     def _nothing_pending(self) -> None:
         """The consumer says nothing is pending before the range's end."""
-        if self.last_sseq >= self.last or not is_clustered(self.nc):
+        if self.range.complete or not is_clustered(self.nc):
             self._finish()
             return
         if not self.confirming:
@@ -371,26 +372,26 @@ class PartitionReader:
                     self.stream, after, message.seq, self.last)
 
     def _on_status(self, block: bytes) -> None:
-        code, description, headers = parse_status(block)
+        code, description = parse_status(block)
+        headers = parse_headers(block)
         verdict = self.engine.on_status(
-            code, description, _int_header(headers, "Nats-Pending-Messages"),
-            _int_header(headers, "Nats-Pending-Bytes"), time.monotonic(),
+            code, description, _int_header(headers, PENDING_MESSAGES),
+            _int_header(headers, PENDING_BYTES), time.monotonic(),
         )
-        if verdict.outcome is Outcome.TERMINAL:
-            lowered = description.lower()
-            if code == 503 or lowered.startswith("consumer deleted"):
-                self._schedule_reset(f"the consumer is gone ({code} {description or 'no responders'})")
-            else:
-                self._fail(PartitionReadError(
-                    f"Reading stream '{self.stream}' sequences {self.first}..{self.last} failed: the server answered "
-                    f"the pull request with {code} {description}."
-                ))
+        if verdict.outcome is Outcome.RECREATE:
+            self._schedule_reset(f"the consumer is gone ({code} {description or 'no responders'})")
+            return
+        if verdict.outcome is Outcome.FAIL:
+            self._fail(PartitionReadError(
+                f"Reading stream '{self.stream}' sequences {self.first}..{self.last} failed: the server answered "
+                f"the pull request with {code} {description}."
+            ))
             return
         if verdict.outcome is Outcome.TOO_LARGE:
             self.resetting = True  # no more pulls or messages; the error follows the lookup below
             self._track(self._fail_too_large())
             return
-        if verdict.outcome is Outcome.WARN:
+        if verdict.outcome in (Outcome.WARN, Outcome.REPULL):
             log.warning("stream %s: pull request ended with %s %s", self.stream, code, description)
         self._maybe_pull()
 
@@ -424,7 +425,7 @@ class PartitionReader:
         self._track(self._reset())
 
     async def _reset(self) -> None:
-        await self._create_consumer_retrying(self.last_sseq + 1)
+        await self._create_consumer_retrying(self.range.next_seq)
 
     async def _create_consumer_retrying(self, start_seq: int) -> None:
         """Create the consumer, asking again with backoff while the failure is
@@ -448,7 +449,7 @@ class PartitionReader:
                     self._fail(exc)
                     return
                 self.resetting = True
-                if time.monotonic() - self.last_progress > self.opts.max_wait:
+                if self.range.stalled(time.monotonic(), self.opts.max_wait):
                     self._fail(self._stalled_error(f"the consumer could not be created: {exc}"))
                     return
                 log.warning("stream %s: creating the consumer from sequence %d failed (%s); retrying",
@@ -470,7 +471,7 @@ class PartitionReader:
             if self.engine.heartbeat_missed(now):
                 log.warning("stream %s: missed heartbeats; pulling again", self.stream)
                 self._maybe_pull()
-            if not self.resetting and self.ahead == 0 and now - self.last_progress > self.opts.max_wait:
+            if not self.resetting and self.ahead == 0 and self.range.stalled(now, self.opts.max_wait):
                 self._fail(self._stalled_error("no message, heartbeat or status"))
 
     # ---------------------------------------------------------------- connection events
@@ -489,14 +490,14 @@ class PartitionReader:
         deliveries lost with the old connection may include the range's last message, which a mere
         re-pull would wait for until ``consume.maxWait``."""
         self.engine.on_reconnect(time.monotonic())
-        self.last_progress = time.monotonic()
+        self.range.touch(time.monotonic())
         self._schedule_reset("reconnected; deliveries in flight may have been lost")
 
 
 def build_batch(raw: RawBatch) -> Any:
     """The Arrow batch of ``raw``; a failure names the stream, the sequence and the cause.
 
-    Building is total for everything a server delivers (see :mod:`source_rows`),
+    Building is total for everything a server delivers (see :mod:`.rows`),
     so this is the last line of defence, not a code path anyone should meet.
     """
     try:

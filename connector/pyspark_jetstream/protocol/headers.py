@@ -29,6 +29,22 @@ ROLLUP = "Nats-Rollup"
 TTL = "Nats-TTL"
 """ADR-43 per-message TTL; matched byte-exactly by the server."""
 
+KV_OPERATION = "KV-Operation"
+"""ADR-8: ``DEL`` or ``PURGE`` on a KV bucket's delete and purge messages (absent on a put)."""
+
+PENDING_MESSAGES = "Nats-Pending-Messages"
+PENDING_BYTES = "Nats-Pending-Bytes"
+"""ADR-37: on a pull request's terminal status, what the request still had outstanding."""
+
+# The connector's own headers on a dead letter (option deadLetterSubject).
+DLQ_ERROR = "Spark-JetStream-Error"
+DLQ_ERR_CODE = "Spark-JetStream-Err-Code"
+DLQ_SUBJECT = "Spark-JetStream-Original-Subject"
+DLQ_ROW = "Spark-JetStream-Row"
+DLQ_TTL = "Spark-JetStream-Original-TTL"
+DLQ_TRUNCATED = "Spark-JetStream-Truncated"
+DLQ_ORIGINAL_SIZE = "Spark-JetStream-Original-Size"
+
 RESERVED_PREFIX = "nats-"
 """Header names NATS reserves (lower-cased): headers the server acts on or writes."""
 
@@ -79,18 +95,19 @@ def encode_block(pairs: list[tuple[str, str]]) -> bytes:
     return b"".join(parts)
 
 
-def parse_block(block: bytes) -> tuple[str | None, dict[str, list[str]]]:
-    """Status line (``'503'`` etc., or ``None``) and headers of a ``NATS/1.0`` block.
+def parse_headers(block: bytes) -> dict[str, list[str]]:
+    """The headers of a ``NATS/1.0`` block, repeated keys kept in order; values trimmed, as
+    nats-py, nats.go and nats.js read them; lines without a ``:`` are not headers and skipped."""
+    out: dict[str, list[str]] = {}
+    for line in block.decode("utf-8", "replace").split("\r\n")[1:]:
+        name, sep, value = line.partition(":")
+        if sep:
+            out.setdefault(name.strip(), []).append(value.strip())
+    return out
 
-    Used on error paths (dead letters, tests), not per row.
-    """
-    lines = block.decode("utf-8", "replace").split("\r\n")
-    first = lines[0]
-    status = first[len("NATS/1.0") :].strip().split(" ", 1)[0] or None
-    headers: dict[str, list[str]] = {}
-    for line in lines[1:]:
-        if not line:
-            continue
-        name, _, value = line.partition(":")
-        headers.setdefault(name.strip(), []).append(value.strip())
-    return status, headers
+
+def parse_status(block: bytes) -> tuple[int, str]:
+    """The status of a ``NATS/1.0 <code> <description>`` block: ``(0, "")`` for a plain message."""
+    first = block.split(b"\r\n", 1)[0].decode("utf-8", "replace")[len("NATS/1.0"):].strip()
+    code, _, description = first.partition(" ")
+    return (int(code) if code.isdigit() else 0), description.strip()

@@ -2,12 +2,12 @@
 
 Everything decided once per query (options, input layout, stream checks, the
 server's max_payload) is in :class:`SinkPlan`, made on the driver and pickled
-to the executors. A task turns its Arrow batches into frames (sink_encoder),
-publishes them through a :class:`~pyspark_jetstream.publisher.Publisher` and
+to the executors. A task turns its Arrow batches into frames (:mod:`.encoder`),
+publishes them through a :class:`~pyspark_jetstream.sink.publisher.Publisher` and
 returns a :class:`SinkCommitMessage` with its counts, which the driver logs.
 
 Exactly-once: each row without its own ``msg_id`` gets a deterministic
-``Nats-Msg-Id`` (:class:`~pyspark_jetstream.sink_encoder.MsgIds`): derived from
+``Nats-Msg-Id`` (:class:`~pyspark_jetstream.sink.encoder.MsgIds`): derived from
 the row's source position when it carries one, else from its task and position.
 A retried task or a replayed micro-batch therefore publishes the same ids, and
 the server drops the copies that arrive within the stream's duplicate window.
@@ -25,22 +25,25 @@ from pyspark.sql.datasource import (
     WriterCommitMessage,
 )
 
-from . import headers as hdrs
-from . import runtime
-from .errors import PublishError
-from .logs import get_logger
-from .options import SinkOptions
-from .sink_encoder import EncoderConfig, InputLayout, MsgIds, RowRejection, hpub_frame
+from ..client import runtime
+from ..errors import PublishError
+from ..logs import get_logger
+from ..options import SinkOptions
+from ..protocol import headers as hdrs
+from ..protocol.frames import hpub_frame
+from ..protocol.headers import (
+    DLQ_ERR_CODE,
+    DLQ_ERROR,
+    DLQ_ORIGINAL_SIZE,
+    DLQ_ROW,
+    DLQ_SUBJECT,
+    DLQ_TRUNCATED,
+    DLQ_TTL,
+)
+from .encoder import EncoderConfig, InputLayout, MsgIds, OutFrame, RowRejection
 
 log = get_logger("sink")
 
-DLQ_ERROR = "Spark-JetStream-Error"
-DLQ_ERR_CODE = "Spark-JetStream-Err-Code"
-DLQ_SUBJECT = "Spark-JetStream-Original-Subject"
-DLQ_ROW = "Spark-JetStream-Row"
-DLQ_TTL = "Spark-JetStream-Original-TTL"
-DLQ_TRUNCATED = "Spark-JetStream-Truncated"
-DLQ_ORIGINAL_SIZE = "Spark-JetStream-Original-Size"
 """Headers of a dead-lettered row: why it was rejected and where it was going, and,
 when the row did not fit the server's max_payload beside them, that its payload
 was cut and how long it was."""
@@ -86,7 +89,7 @@ def dead_letter_frame(rejection: RowRejection, dlq_subject: str, reply: str, par
     """
     own: list[tuple[str, str]] = []
     if original_headers:
-        _, parsed = hdrs.parse_block(original_headers)
+        parsed = hdrs.parse_headers(original_headers)
         for name, values in parsed.items():
             if name.lower() not in _DLQ_DROPPED:
                 own.extend((name, v) for v in values)
@@ -136,87 +139,111 @@ def _task_identity(plan: SinkPlan) -> tuple[int, MsgIds | None]:
     return partition, MsgIds(run_id, partition)
 
 
-def write_partition(plan: SinkPlan, batches: Iterable[Any]) -> SinkCommitMessage:
-    from .publisher import Publisher
-    from .sink_encoder import BatchEncoder, parse_hpub_frame
+class WriteTask:
+    """One Spark task's write, shaped like Spark's ``KafkaWriteTask``: :meth:`publish` each
+    batch, :meth:`divert` the rows refused (to the dead-letter subject, or fail the task naming
+    the first), :meth:`settle` what the server refused, :meth:`finish` (drain, settle, drain the
+    dead letters), and always :meth:`close`. Every frame in flight keeps its subject, TTL and id
+    beside it (:class:`~pyspark_jetstream.sink.encoder.OutFrame`), so settling parses nothing."""
 
-    opts = plan.options
-    partition, msg_ids = _task_identity(plan)
-    encoder = BatchEncoder(plan.layout, plan.encoder, msg_ids)
+    def __init__(self, plan: SinkPlan) -> None:
+        from .encoder import BatchEncoder
+        from .publisher import Publisher
 
-    async def open_publisher() -> Publisher:
-        nc = await runtime.connection(opts.connection)
-        return await Publisher(
-            nc, max_pending=opts.max_pending_acks, ack_timeout=opts.ack_timeout, idempotent=opts.idempotent
-        ).start()
+        self.plan = plan
+        self.opts = opts = plan.options
+        self.partition, self.msg_ids = _task_identity(plan)
+        self.encoder = BatchEncoder(plan.layout, plan.encoder, self.msg_ids)
+        self.position = 0  # of the next row in this task
+        self.expired = self.markers_skipped = 0
 
-    async def take_failures(pub: Publisher) -> list:
-        taken, pub.failures = pub.failures, []
-        return taken
+        async def open_publisher() -> Publisher:
+            nc = await runtime.connection(opts.connection)
+            return await Publisher(
+                nc, max_pending=opts.max_pending_acks, ack_timeout=opts.ack_timeout, idempotent=opts.idempotent
+            ).start()
 
-    pub = runtime.run(open_publisher())
-    expired = markers_skipped = 0
+        self.pub = runtime.run(open_publisher())
 
-    def divert(rejections: list[RowRejection], originals: dict[int, bytes] | None = None) -> None:
+    def publish(self, batch: Any) -> None:
+        encoded = self.encoder.encode(batch, self.position, self.pub.reply_prefix)
+        self.position += batch.num_rows
+        self.expired += encoded.expired
+        self.markers_skipped += encoded.markers_skipped
+        if encoded.rejected:
+            self.divert(encoded.rejected)
+        if encoded.frames:
+            runtime.run(self.pub.publish(encoded.frames))
+        self.settle()
+
+    def divert(self, rejections: list[RowRejection], originals: dict[int, bytes] | None = None) -> None:
+        """Publish dead letters for ``rejections`` (``originals``: the header blocks they were sent
+        with), or fail the task naming the first when no dead-letter subject is set."""
+        opts, pub = self.opts, self.pub
         if opts.dead_letter_subject is None:
             first = min(rejections, key=lambda r: r.position)
-            raise PublishError(subject=first.subject, position=first.position, partition=partition,
+            raise PublishError(subject=first.subject, position=first.position, partition=self.partition,
                                reason=first.reason, err_code=first.err_code, value=first.value, column=first.column)
         frames = [
             (r.position, dead_letter_frame(r, opts.dead_letter_subject, f"{pub.reply_prefix}d{r.position}",
-                                           partition, msg_ids is not None, plan.encoder.max_payload,
-                                           (originals or {}).get(r.position, b"")))
+                                           self.partition, self.msg_ids is not None, self.plan.encoder.max_payload,
+                                           (originals or {}).get(r.position, b"")),
+             opts.dead_letter_subject, None, None, 0, 0)  # OutFrame layout; no settling reads the rest
             for r in rejections
         ]
         runtime.run(pub.publish(frames, dead_letter=True))
 
-    def settle_server_failures() -> None:
-        failures = runtime.run(take_failures(pub))
+    def settle(self) -> None:
+        """Turn the publishes the server refused since the last call into dead letters (or a failure)."""
+        async def take() -> list:
+            taken, self.pub.failures = self.pub.failures, []
+            return taken
+
+        failures = runtime.run(take())
         if not failures:
             return
         dead = [f for f in failures if f.dead_letter]
         if dead:
             f = dead[0]
-            raise PublishError(subject=opts.dead_letter_subject, position=f.position, partition=partition,
+            raise PublishError(subject=self.opts.dead_letter_subject, position=f.position, partition=self.partition,
                                reason=f"the dead-letter publish was rejected: {f.description}", err_code=f.err_code)
         rejections, originals = [], {}
         for f in failures:
-            subject, block, payload = parse_hpub_frame(f.frame)
-            _, parsed = hdrs.parse_block(block)
-            ttl = (parsed.get(hdrs.TTL) or [None])[0]
+            sent = OutFrame._make(f.sent)
             reason = f.description or f"status {f.code}"
             if f.err_code is None:
                 reason += f" (status {f.code})"
-            rejections.append(RowRejection(f.position, subject, reason, err_code=f.err_code,
+            rejections.append(RowRejection(f.position, sent.subject, reason, err_code=f.err_code,
                                            status=None if f.err_code is not None else f.code,
-                                           payload=payload, ttl=ttl, value=ttl,
-                                           msg_id=(parsed.get(hdrs.MSG_ID) or [None])[0]))
-            originals[f.position] = block
-        divert(rejections, originals)
+                                           payload=sent.payload, ttl=sent.ttl, value=sent.ttl, msg_id=sent.msg_id))
+            originals[f.position] = sent.header_block
+        self.divert(rejections, originals)
 
-    finished = False
-    try:
-        position = 0
-        for batch in batches:
-            encoded = encoder.encode(batch, position, pub.reply_prefix)
-            position += batch.num_rows
-            expired += encoded.expired
-            markers_skipped += encoded.markers_skipped
-            if encoded.rejected:
-                divert(encoded.rejected)
-            if encoded.frames:
-                runtime.run(pub.publish(encoded.frames))
-            settle_server_failures()
-        runtime.run(pub.drain())
-        settle_server_failures()
-        runtime.run(pub.drain())  # dead letters sent while settling
-        settle_server_failures()
-        finished = True
-    finally:
+    def finish(self) -> SinkCommitMessage:
+        runtime.run(self.pub.drain())
+        self.settle()
+        runtime.run(self.pub.drain())  # dead letters sent while settling
+        self.settle()
+        pub = self.pub
+        return SinkCommitMessage(partition=self.partition, published=pub.stored, duplicates=pub.duplicates,
+                                 dead_lettered=pub.dead_lettered, expired=self.expired,
+                                 markers_skipped=self.markers_skipped)
+
+    def close(self, failed: bool) -> None:
         # A failed task leaves nothing behind to be sent after a reconnect.
-        runtime.run(pub.close() if finished else pub.abort(), timeout=60)
-    message = SinkCommitMessage(partition=partition, published=pub.stored, duplicates=pub.duplicates,
-                                dead_lettered=pub.dead_lettered, expired=expired, markers_skipped=markers_skipped)
+        runtime.run(self.pub.abort() if failed else self.pub.close(), timeout=60)
+
+
+def write_partition(plan: SinkPlan, batches: Iterable[Any]) -> SinkCommitMessage:
+    task = WriteTask(plan)
+    failed = True
+    try:
+        for batch in batches:
+            task.publish(batch)
+        message = task.finish()
+        failed = False
+    finally:
+        task.close(failed)
     log.debug("JetStream sink task finished: %s", message)
     return message
 

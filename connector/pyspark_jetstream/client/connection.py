@@ -12,9 +12,9 @@ import asyncio
 import ssl
 from typing import Any
 
-from .errors import NatsConnectError
-from .logs import get_logger
-from .options import ConnectionOptions
+from ..errors import NatsConnectError
+from ..logs import get_logger
+from ..options import ConnectionOptions
 
 log = get_logger("connection")
 
@@ -90,7 +90,7 @@ async def open_connection(opts: ConnectionOptions):
     import nats
     import nats.errors
 
-    from .wire import ConnectionEvents
+    from .nats_internals import ConnectionEvents, adopt
 
     seen: list[BaseException] = []
     events = ConnectionEvents()
@@ -122,7 +122,5 @@ async def open_connection(opts: ConnectionOptions):
             f"Cannot connect to NATS at {', '.join(opts.servers)} using {auth_method(opts)}: {reason}. "
             "Check the option 'servers' and the authentication options."
         ) from None
-    nc.options["max_reconnect_attempts"] = -1  # from now on, ride through restarts
-    events.watch(nc)
-    nc._pyspark_jetstream_events = events
+    adopt(nc, events)  # from now on, ride through restarts
     return nc

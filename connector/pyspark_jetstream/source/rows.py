@@ -20,7 +20,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from .ttl import InvalidTtl, server_ttl_seconds
+from ..protocol.headers import KV_OPERATION, MARKER_REASON, TTL, parse_headers
+from ..protocol.ttl import InvalidTtl, server_ttl_seconds
 
 SOURCE_SCHEMA_DDL = (
     "subject string, data binary, headers map<string, array<string>>, stream string, seq long, "
@@ -44,20 +45,6 @@ def arrow_schema(kv: bool):
     if kv:
         fields += [("key", pa.string()), ("operation", pa.string())]
     return pa.schema(fields)
-
-
-def parse_headers(block: bytes) -> dict[str, list[str]]:
-    """Headers of a stored message's ``NATS/1.0`` block, repeated keys kept in order."""
-    out: dict[str, list[str]] = {}
-    text = block.decode("utf-8", "replace")
-    for line in text.split("\r\n")[1:]:
-        if not line:
-            continue
-        name, sep, value = line.partition(":")
-        if not sep:
-            continue
-        out.setdefault(name.strip(), []).append(value.strip())
-    return out
 
 
 class BatchBuilder:
@@ -167,7 +154,7 @@ class RawBatch:
             if not parsed:
                 continue
             headers[i] = list(parsed.items())
-            ttl = parsed.get("Nats-TTL")
+            ttl = parsed.get(TTL)
             if ttl:
                 ttls[i] = ttl[0]
                 if ttl[0] in ttl_seconds:
@@ -183,11 +170,11 @@ class RawBatch:
                 elif seconds and seconds > 0:
                     by_ttl = self.times[i] // 1000 + seconds * 1_000_000
                     expires[i] = by_ttl if expires[i] is None else min(expires[i], by_ttl)
-            marker = parsed.get("Nats-Marker-Reason")
+            marker = parsed.get(MARKER_REASON)
             if marker:
                 markers[i] = marker[0]
             if kv_prefix:
-                operation = parsed.get("KV-Operation")
+                operation = parsed.get(KV_OPERATION)
                 if operation:
                     ops[i] = operation[0]
                 elif marker:

@@ -6,7 +6,7 @@ any per-message future. At most ``max_pending`` frames are unacknowledged at
 once (the window); frames go into nats-py's write buffer in chunks, which is
 what makes this about twice as fast as ``js.publish_async`` (issue #2's probe).
 
-Frames go out through :func:`pyspark_jetstream.wire.send_raw` (nats-py's write
+Frames go out through :func:`pyspark_jetstream.client.nats_internals.send_raw` (nats-py's write
 buffer, no ``Msg`` per frame): the public ``publish`` cannot send multi-valued
 headers and costs a coroutine call per message.
 
@@ -37,7 +37,7 @@ import json
 import time
 from dataclasses import dataclass
 
-from .errors import AckTimeoutError, JetStreamConnectorError
+from ..errors import AckTimeoutError, JetStreamConnectorError
 
 RETRY_503_INTERVAL = 0.25
 """Seconds between resends of frames answered by 503 in a cluster (nats.go's publish retry wait)."""
@@ -51,10 +51,11 @@ DEAD_LETTER_TAG = "d"
 
 @dataclass(frozen=True)
 class AckFailure:
-    """A publish the server did not store."""
+    """A publish the server did not store; ``sent`` is what was handed to :meth:`Publisher.publish`
+    for it (the :class:`~pyspark_jetstream.sink.encoder.OutFrame` layout)."""
 
     position: int
-    frame: bytes
+    sent: tuple
     code: int
     err_code: int | None
     description: str
@@ -66,19 +67,21 @@ class Publisher:
         self._nc = nc
         self._idempotent = idempotent
         # 503 means "between leaders" only where there are leaders to elect.
-        from .wire import is_clustered
+        from ..client.nats_internals import is_clustered
 
         self._retry_503 = is_clustered(nc)
         self._first_503: dict[str, float] = {}
         self._retry_due: set[str] = set()
         self._retry_task: asyncio.Task | None = None
+        self._tasks: set[asyncio.Task] = set()  # background resends (see _track)
+        self._send_error: BaseException | None = None
         self._last_resend = 0.0
         self.resent = 0
         self._max_pending = max_pending
         # Refill at half the window (like ADR-37's threshold); 0 for a window of 1.
         self._low_water = max_pending // 2
         self._ack_timeout = ack_timeout
-        self._inflight: dict[str, bytes] = {}
+        self._inflight: dict[str, tuple] = {}  # reply token -> what was sent (OutFrame layout)
         self._room = asyncio.Event()
         self._room.set()
         self._done = asyncio.Event()
@@ -94,7 +97,7 @@ class Publisher:
         self._unwritten: list[bytes] = []  # buffers handed to nats-py that may still wait in its write buffer
 
     async def start(self) -> Publisher:
-        from .wire import events_of
+        from ..client.nats_internals import events_of
 
         events_of(self._nc).listeners.add(self)
         inbox = self._nc.new_inbox()
@@ -111,8 +114,8 @@ class Publisher:
         retryable = not data and self._retry_503 and token in self._inflight and self._status_of(msg) == 503
         if retryable and self._schedule_retry(token):
             return
-        frame = self._inflight.pop(token, None)
-        if frame is None:
+        sent = self._inflight.pop(token, None)
+        if sent is None:
             return  # a late or repeated reply for a frame already settled
         self._first_503.pop(token, None)
         self._last_progress = time.monotonic()
@@ -124,10 +127,11 @@ class Publisher:
             )
             if status == 503 and self._retry_503:
                 description = f"no stream leader answered for {self._ack_timeout:g}s (no responders)"
-            self._fail(token, frame, status, None, description, dead_letter)
+            self._fail(token, sent, status, None, description, dead_letter)
         elif b'"error"' in data:
             error = json.loads(data).get("error") or {}
-            self._fail(token, frame, int(error.get("code", 0)), error.get("err_code"), error.get("description", ""), dead_letter)
+            self._fail(token, sent, int(error.get("code", 0)), error.get("err_code"), error.get("description", ""),
+                       dead_letter)
         elif dead_letter:
             self.dead_lettered += 1
         elif b'"duplicate"' in data:  # the server writes '"duplicate": true' (with a space)
@@ -153,7 +157,7 @@ class Publisher:
             return False
         self._retry_due.add(token)
         if self._retry_task is None or self._retry_task.done():
-            self._retry_task = asyncio.ensure_future(self._resend_later())
+            self._retry_task = self._track(self._resend_later())
         return True
 
     async def _resend_later(self) -> None:
@@ -163,7 +167,7 @@ class Publisher:
 
     async def _send(self, buffer: bytes) -> None:
         """Hand ``buffer`` to the connection, remembering it until nats-py has written it (see :meth:`abort`)."""
-        from .wire import send_raw, still_pending
+        from ..client.nats_internals import send_raw, still_pending
 
         self._unwritten = still_pending(self._nc, self._unwritten)
         self._unwritten.append(buffer)
@@ -173,11 +177,11 @@ class Publisher:
         if not tokens or self._nc.is_closed:
             return
         self.resent += len(tokens)
-        await self._send(b"".join(self._inflight[token] for token in tokens))
+        await self._send(b"".join(self._inflight[token][1] for token in tokens))
 
     def on_reconnected(self) -> None:
         if self._idempotent and self._inflight:
-            asyncio.ensure_future(self._resend(list(self._inflight)))
+            self._track(self._resend(list(self._inflight)))
 
     def on_closed(self, cause: str) -> None:
         """The connection is gone for good: no PubAck can arrive; wake every waiter now."""
@@ -195,26 +199,44 @@ class Publisher:
         """The server refused a publish (async -ERR, no PubAck will come): fail the frames it names."""
         lowered = text.lower()
         inbox_refused = f'"{self.reply_prefix}*"'.lower() in lowered  # no PubAck could ever arrive
-        for token, frame in list(self._inflight.items()):
-            subject = frame.split(b" ", 2)[1].decode()
-            if inbox_refused or f'"{subject}"'.lower() in lowered:
+        for token, sent in list(self._inflight.items()):
+            if inbox_refused or f'"{sent[2]}"'.lower() in lowered:
                 del self._inflight[token]
-                self._fail(token, frame, 403, None, text, token.startswith(DEAD_LETTER_TAG))
+                self._fail(token, sent, 403, None, text, token.startswith(DEAD_LETTER_TAG))
         self._last_progress = time.monotonic()
         if len(self._inflight) <= self._low_water:
             self._room.set()
         if not self._inflight:
             self._done.set()
 
-    def _fail(self, token: str, frame: bytes, code: int, err_code, description: str, dead_letter: bool) -> None:
+    def _fail(self, token: str, sent: tuple, code: int, err_code, description: str, dead_letter: bool) -> None:
         self._first_503.pop(token, None)
         position = int(token[1:] if dead_letter else token)
-        self.failures.append(AckFailure(position, frame, code, err_code, description, dead_letter))
+        self.failures.append(AckFailure(position, sent, code, err_code, description, dead_letter))
+
+    def _track(self, coro) -> asyncio.Task:
+        """Run a background send, keeping it referenced; a failure is raised by the next wait."""
+        task = asyncio.ensure_future(coro)
+        self._tasks.add(task)
+
+        def done(t: asyncio.Task) -> None:
+            self._tasks.discard(t)
+            if not t.cancelled() and t.exception() is not None and self._send_error is None:
+                self._send_error = t.exception()
+                self._room.set()
+                self._done.set()
+
+        task.add_done_callback(done)
+        return task
 
     async def _wait(self, event: asyncio.Event, what: str) -> None:
-        while not event.is_set() or self._closed is not None:
+        while not event.is_set() or self._closed is not None or self._send_error is not None:
             if self._closed is not None:
                 raise self._closed_error()
+            if self._send_error is not None:
+                raise JetStreamConnectorError(
+                    f"Resending {len(self._inflight)} publishes failed ({type(self._send_error).__name__}: "
+                    f"{self._send_error}); the task fails so that Spark retries it.")
             try:
                 await asyncio.wait_for(event.wait(), timeout=1.0)
             except asyncio.TimeoutError:
@@ -232,8 +254,9 @@ class Publisher:
                         "raise the option 'ackTimeout' if it is only slow."
                     ) from None
 
-    async def publish(self, frames: list[tuple[int, bytes]], *, dead_letter: bool = False) -> None:
-        """Hand ``frames`` to the connection, never exceeding the window of pending acks."""
+    async def publish(self, frames: list[tuple], *, dead_letter: bool = False) -> None:
+        """Hand ``frames`` (each in the :class:`~pyspark_jetstream.sink.encoder.OutFrame` layout:
+        position, frame, subject, ...) to the connection, never exceeding the window of pending acks."""
         if self._nc.is_closed or self._closed is not None:
             self._closed = self._closed or "the connection was closed"
             raise self._closed_error()
@@ -249,10 +272,10 @@ class Publisher:
                 continue
             chunk = frames[i : i + room]
             i += len(chunk)
-            for position, frame in chunk:
-                inflight[f"{tag}{position}"] = frame
+            for sent in chunk:
+                inflight[f"{tag}{sent[0]}"] = sent
             self._done.clear()
-            await self._send(b"".join(frame for _, frame in chunk))
+            await self._send(b"".join(sent[1] for sent in chunk))
 
     async def drain(self) -> None:
         """Wait until every published frame has its PubAck (or ``ackTimeout`` passes without progress)."""
@@ -264,7 +287,7 @@ class Publisher:
     async def abort(self) -> None:
         """Close after the task failed: frames nats-py still holds (the connection is down) are
         dropped, so that they are not published after the reconnect, behind the task's back."""
-        from .wire import discard_pending
+        from ..client.nats_internals import discard_pending
 
         if not self._nc.is_closed:
             discard_pending(self._nc, self._unwritten)
@@ -272,11 +295,11 @@ class Publisher:
         await self.close()
 
     async def close(self) -> None:
-        from .wire import events_of
+        from ..client.nats_internals import events_of
 
         events_of(self._nc).listeners.discard(self)
-        if self._retry_task is not None:
-            self._retry_task.cancel()
+        for task in list(self._tasks):
+            task.cancel()
         if self._sub is not None:
             # The connection may already be gone; then there is nothing left to release.
             with contextlib.suppress(Exception):

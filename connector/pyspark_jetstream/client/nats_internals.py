@@ -1,4 +1,4 @@
-"""Raw protocol access on a nats-py connection: the reader's hot path.
+"""The one module that touches nats-py's internals; everything else calls its functions.
 
 nats-py turns every incoming message into a ``Msg`` with headers parsed into a
 dict (repeated keys collapse into one value) and queues it for a task. The
@@ -6,10 +6,16 @@ source needs the raw header block (multi-valued headers round-trip intact) and
 cannot afford that per message. :func:`raw_subscribe` registers a handler that
 receives ``(subject, reply, payload, header_block)`` as bytes straight from the
 protocol parser, before any ``Msg`` exists; the subscription itself is a normal
-nats-py one, so it is re-established on reconnect.
+nats-py one, so it is re-established on reconnect. The sink writes pre-built
+frames the same way (:func:`send_raw`), and both follow the connection's life
+through :class:`ConnectionEvents`.
 
-Like ``publisher.py``, this relies on nats-py 2.x internals
-(``Client._process_msg``, ``Subscription._id``), pinned in pyproject.toml.
+The internals used, all of nats-py 2.x (pinned in pyproject.toml, and checked in
+about a second by ``tests/unit/test_nats_internals.py`` so that an upgrade fails
+there first): ``Client._process_msg``, ``Client._send_command``,
+``Client._flush_pending``, ``Client._pending`` / ``_pending_data_size``,
+``Client._server_info``, ``Client.options["max_reconnect_attempts"]`` and
+``Subscription._id``; and two attributes this module sets on the client.
 """
 
 from __future__ import annotations
@@ -18,7 +24,7 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from .logs import get_logger
+from ..logs import get_logger
 
 log = get_logger("wire")
 
@@ -153,12 +159,25 @@ class ConnectionEvents:
         self.close_watcher = asyncio.ensure_future(watch())
 
 
+_EVENTS_ATTR = "_pyspark_jetstream_events"
+
+
 def events_of(nc: Any) -> ConnectionEvents:
-    events = getattr(nc, "_pyspark_jetstream_events", None)
+    """The :class:`ConnectionEvents` of ``nc`` (created on first use for a client opened elsewhere)."""
+    events = getattr(nc, _EVENTS_ATTR, None)
     if events is None:
         events = ConnectionEvents()
-        nc._pyspark_jetstream_events = events
+        setattr(nc, _EVENTS_ATTR, events)
     return events
+
+
+def adopt(nc: Any, events: ConnectionEvents) -> None:
+    """Make ``nc``, connected with ``events.callbacks()``, a long-lived shared connection:
+    reconnect without limit from now on (the first connect was bounded), report its close
+    even when nats-py's callback never comes, and let :func:`events_of` find ``events``."""
+    nc.options["max_reconnect_attempts"] = -1
+    events.watch(nc)
+    setattr(nc, _EVENTS_ATTR, events)
 
 
 async def send_raw(nc: Any, frame: bytes) -> None:

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .errors import JetStreamConnectorError
+from ..errors import JetStreamConnectorError
 
 
 @dataclass(frozen=True)

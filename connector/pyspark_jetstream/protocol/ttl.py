@@ -23,10 +23,12 @@ from __future__ import annotations
 import datetime as _dt
 import math
 
+from .headers import TTL
+
 NEVER = "never"
 """ADR-43: ``Nats-TTL: never`` keeps the message forever, even past MaxAge."""
 
-HEADER = "Nats-TTL"
+HEADER = TTL
 """ADR-43 header key; nats-server matches it byte-exactly and case-sensitively."""
 
 _INT64_MAX = (1 << 63) - 1

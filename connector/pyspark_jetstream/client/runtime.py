@@ -15,7 +15,7 @@ import threading
 from collections.abc import Coroutine
 from typing import Any, TypeVar
 
-from .options import ConnectionOptions
+from ..options import ConnectionOptions
 
 T = TypeVar("T")
 

@@ -18,7 +18,7 @@ import json
 from collections.abc import Iterator
 from typing import Any, NamedTuple
 
-from .errors import JetStreamApiError
+from ..errors import JetStreamApiError
 
 API_PREFIX = "$JS.API"
 
@@ -62,7 +62,7 @@ async def request(nc, api: str, body: dict[str, Any] | None = None, timeout: flo
     except nats.errors.NoRespondersError:
         raise JetStreamApiError(api, 503, 0, "no responders: is JetStream enabled on the server?") from None
     except nats.errors.TimeoutError:
-        from .wire import events_of
+        from .nats_internals import events_of
 
         refused = events_of(nc).permission_error_for(f"{prefix}.{api}")
         if refused is not None:

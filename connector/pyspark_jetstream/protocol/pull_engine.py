@@ -30,6 +30,14 @@ DEFAULT_MAX_MESSAGES = 10_000
 _NS = 1_000_000_000
 
 
+class InvalidConsumeConfig(ValueError):
+    """A ``consume.*`` rule broken: ``option`` names the option to change, the text says the rule."""
+
+    def __init__(self, option: str, rule: str) -> None:
+        super().__init__(f"{option} {rule}")
+        self.option = option
+
+
 @dataclass(frozen=True)
 class ConsumeConfig:
     """The ``consume.*`` options, defaults and cross rules already applied.
@@ -60,32 +68,32 @@ class ConsumeConfig:
         expires: float = 30.0,
         idle_heartbeat: float | None = None,
     ) -> ConsumeConfig:
-        """ADR-37 "Defaults and constraints"; raises ValueError naming the rule broken."""
+        """ADR-37 "Defaults and constraints"; raises :class:`InvalidConsumeConfig` naming the option and rule."""
         if max_messages is not None and max_bytes is not None:
-            raise ValueError("consume.maxMessages and consume.maxBytes are exclusive")
+            raise InvalidConsumeConfig("consume.maxMessages", "and consume.maxBytes are exclusive")
         if expires < 1.0:
-            raise ValueError("consume.expires must be at least 1s")
+            raise InvalidConsumeConfig("consume.expires", "must be at least 1s")
         if idle_heartbeat is None:
             idle_heartbeat = min(expires / 2, 30.0)
         if not 0.5 <= idle_heartbeat <= 30.0:
-            raise ValueError("consume.idleHeartbeat must be between 500ms and 30s")
+            raise InvalidConsumeConfig("consume.idleHeartbeat", "must be between 500ms and 30s")
         if idle_heartbeat > expires / 2:
-            raise ValueError("consume.idleHeartbeat must be at most half of consume.expires")
+            raise InvalidConsumeConfig("consume.idleHeartbeat", "must be at most half of consume.expires")
         if max_bytes is not None:
             if max_bytes < 1:
-                raise ValueError("consume.maxBytes must be at least 1")
+                raise InvalidConsumeConfig("consume.maxBytes", "must be at least 1")
             tb = math.ceil(max_bytes / 2) if threshold_bytes is None else threshold_bytes
             if not 0 <= tb <= max_bytes:
-                raise ValueError("consume.thresholdBytes must be between 0 and consume.maxBytes")
+                raise InvalidConsumeConfig("consume.thresholdBytes", "must be between 0 and consume.maxBytes")
             return cls(BYTES_MODE_BATCH, max_bytes, math.ceil(BYTES_MODE_BATCH / 2), tb, expires, idle_heartbeat)
         if threshold_bytes is not None:
-            raise ValueError("consume.thresholdBytes needs consume.maxBytes")
+            raise InvalidConsumeConfig("consume.thresholdBytes", "needs consume.maxBytes")
         mm = DEFAULT_MAX_MESSAGES if max_messages is None else max_messages
         if mm < 1:
-            raise ValueError("consume.maxMessages must be at least 1")
+            raise InvalidConsumeConfig("consume.maxMessages", "must be at least 1")
         tm = math.ceil(mm / 2) if threshold_messages is None else threshold_messages
         if not 0 <= tm <= mm:
-            raise ValueError("consume.thresholdMessages must be between 0 and consume.maxMessages")
+            raise InvalidConsumeConfig("consume.thresholdMessages", "must be between 0 and consume.maxMessages")
         return cls(mm, 0, tm, 0, expires, idle_heartbeat)
 
 
@@ -106,12 +114,15 @@ class PullRequest:
 
 
 class Outcome(enum.Enum):
-    """What a status means for the consume loop (ADR-37 "Status handling")."""
+    """What a status means for the consume loop (ADR-37 "Status handling"): the engine decides,
+    the partition reader only carries it out."""
 
     HEARTBEAT = "heartbeat"  # 100: only proves liveness
     IGNORE = "ignore"  # not telegraphed: the pull ended normally
     WARN = "warn"  # telegraphed, consume goes on
-    TERMINAL = "terminal"  # consume must end (or the consumer be recreated)
+    REPULL = "re-pull"  # telegraphed, and the pending counts start over: the next pull refills in full
+    RECREATE = "recreate"  # the consumer is gone: create it again from the last delivered sequence + 1
+    FAIL = "fail"  # the request or the consumer is wrong for this loop: end the partition with the status
     TOO_LARGE = "too large"  # the next message exceeds a whole max_bytes budget: no pull can ever fetch it
 
 
@@ -122,29 +133,49 @@ class StatusVerdict:
     description: str
 
 
-# ADR-37 status table (rev 2, plus rev 3's 408 Interest Expired and 423 Nats-Wrong-Pin-Id).
-_TERMINAL_409 = ("consumer deleted", "consumer is push based")
-_RESET_409 = ("leadership change",)
+# ADR-37 status codes and the description fragments that tell them apart (matched lower-cased,
+# as prefixes: servers append details such as "Exceeded MaxRequestBatch of 5").
+STATUS_HEARTBEAT = 100
+STATUS_BAD_REQUEST = 400
+STATUS_NOT_FOUND = 404  # No Messages
+STATUS_TIMEOUT = 408  # Request Timeout, Interest Expired (rev 3), Requests Pending
+STATUS_CONFLICT = 409
+STATUS_PIN_MISMATCH = 423  # rev 3: Nats-Wrong-Pin-Id
+STATUS_NO_RESPONDERS = 503  # nobody answered the pull: the consumer does not exist
+
+REQUEST_TIMEOUT = "request timeout"
+MAX_BYTES_REACHED = "message size exceeds maxbytes"
+BATCH_COMPLETED = "batch completed"
+CONSUMER_DELETED = "consumer deleted"
+CONSUMER_PUSH_BASED = "consumer is push based"
+LEADERSHIP_CHANGE = "leadership change"
 
 
 def classify_status(code: int, description: str) -> Outcome:
+    """ADR-37's status table (rev 2, plus rev 3's 408 Interest Expired and 423 Nats-Wrong-Pin-Id)."""
     d = description.strip().lower()
-    if code == 100:
+    if code == STATUS_HEARTBEAT:
         return Outcome.HEARTBEAT
-    if code == 404:
-        return Outcome.IGNORE  # No Messages
-    if code == 408:
-        return Outcome.IGNORE if d.startswith("request timeout") else Outcome.WARN
-    if code == 409:
-        if d.startswith("message size exceeds maxbytes") or d.startswith("batch completed"):
+    if code == STATUS_NOT_FOUND:
+        return Outcome.IGNORE
+    if code == STATUS_TIMEOUT:
+        return Outcome.IGNORE if d.startswith(REQUEST_TIMEOUT) else Outcome.WARN
+    if code == STATUS_CONFLICT:
+        if d.startswith((MAX_BYTES_REACHED, BATCH_COMPLETED)):
             return Outcome.IGNORE
-        if d.startswith(_TERMINAL_409):
-            return Outcome.TERMINAL
-        return Outcome.WARN  # Exceeded MaxRequest*, MaxWaiting, Leadership Change, Server Shutdown
-    if code == 400:
-        return Outcome.TERMINAL  # Bad Request
-    if code == 503:
-        return Outcome.TERMINAL  # no responders: the consumer does not exist
+        if d.startswith(CONSUMER_DELETED):
+            return Outcome.RECREATE
+        if d.startswith(CONSUMER_PUSH_BASED):
+            return Outcome.FAIL
+        if d.startswith(LEADERSHIP_CHANGE):
+            return Outcome.REPULL  # nats.go: forces a full re-pull
+        return Outcome.WARN  # Exceeded MaxRequest*, MaxWaiting, Server Shutdown
+    if code == STATUS_PIN_MISMATCH:
+        return Outcome.REPULL
+    if code == STATUS_BAD_REQUEST:
+        return Outcome.FAIL
+    if code == STATUS_NO_RESPONDERS:
+        return Outcome.RECREATE
     return Outcome.WARN
 
 
@@ -219,11 +250,10 @@ class PullEngine:
             self.pending_msgs = max(self.pending_msgs - max(pending_msgs, 0), 0)
         if pending_bytes is not None:
             self.pending_bytes = max(self.pending_bytes - max(pending_bytes, 0), 0)
-        d = description.strip().lower()
-        if (code == 409 and d.startswith(_RESET_409)) or code == 423:
-            self.reset_pending()  # nats.go: forces a full re-pull
-        if (outcome is Outcome.IGNORE and code == 409 and d.startswith("message size exceeds maxbytes")
-                and self.config.bytes_mode and pending_bytes is not None and pending_bytes >= self.config.max_bytes):
+        if outcome is Outcome.REPULL:
+            self.reset_pending()
+        if (outcome is Outcome.IGNORE and code == STATUS_CONFLICT
+                and description.strip().lower().startswith(MAX_BYTES_REACHED) and self.config.bytes_mode and pending_bytes is not None and pending_bytes >= self.config.max_bytes):
             # A request with the whole budget unused ended on the next message: it is larger than
             # consume.maxBytes, and every later pull would end the same way at once.
             outcome = Outcome.TOO_LARGE

@@ -1,0 +1,60 @@
+"""The sink's stream check and setup (option ``ensureStream``): the I/O around
+:func:`pyspark_jetstream.protocol.stream_rules.plan_stream`, and the checks that the
+subjects the sink writes to are captured by a stream."""
+
+from __future__ import annotations
+
+from ..client import jsapi
+from ..errors import JetStreamApiError, StreamConfigError
+from ..logs import get_logger
+from ..options import SinkOptions
+from ..protocol.stream_rules import StreamPlan, plan_stream
+
+log = get_logger("stream_admin")
+
+
+async def ensure_stream(nc, opts: SinkOptions, needs_ttl: bool) -> StreamPlan:
+    """Check (and per ``ensureStream`` create or update) the target stream; return what was done."""
+    info = await jsapi.stream_info(nc, opts.stream, opts.api_prefix)
+    plan = plan_stream(info["config"] if info else None, opts, needs_ttl)
+    try:
+        if plan.action == "create":
+            await jsapi.create_stream(nc, plan.config, opts.api_prefix)
+        elif plan.action == "update":
+            await jsapi.update_stream(nc, plan.config, opts.api_prefix)
+    except JetStreamApiError as exc:
+        raise StreamConfigError(
+            f"Could not {plan.action} stream '{opts.stream}': {exc.description} (err_code {exc.err_code}). "
+            "Check the 'stream.*' options."
+        ) from None
+    if plan.action != "none":
+        log.info("Stream %s: %s", opts.stream, "; ".join(plan.changes))
+    return plan
+
+
+async def check_dead_letter_subject(nc, subject: str, prefix: str = jsapi.API_PREFIX) -> str:
+    """The dead-letter subject must be stored somewhere, or diverted rows would be lost."""
+    names = await jsapi.stream_names_for_subject(nc, subject, prefix)
+    if not names:
+        raise StreamConfigError(
+            f"No stream captures the dead-letter subject '{subject}' (option 'deadLetterSubject'), so rejected rows "
+            f"would be lost. Create one, e.g. `nats stream add DLQ --subjects '{subject}'`."
+        )
+    return names[0]
+
+
+async def check_capturing_stream(nc, subject: str, prefix: str = jsapi.API_PREFIX) -> None:
+    """Without option 'stream', TTL rows still need a stream that allows TTLs."""
+    names = await jsapi.stream_names_for_subject(nc, subject, prefix)
+    if not names:
+        raise StreamConfigError(
+            f"No stream captures subject '{subject}' (option 'subject'). Create one, or name it in option 'stream' "
+            "with ensureStream='create'."
+        )
+    info = await jsapi.stream_info(nc, names[0], prefix)
+    if info and not info["config"].get("allow_msg_ttl"):
+        raise StreamConfigError(
+            f"Stream '{names[0]}' (which captures '{subject}') does not allow per-message TTLs (AllowMsgTTL is "
+            f"false), but rows can carry a TTL. Enable it with `nats stream edit {names[0]} --allow-msg-ttl`, or "
+            "set options stream and ensureStream='update'."
+        )

@@ -1,0 +1,79 @@
+"""Every nats-py internal that client/nats_internals.py relies on, with the shape it relies on.
+
+Runs in about a second without a server, so that a nats-py upgrade that renames or
+reshapes one fails here first, naming it, instead of somewhere in the integration run.
+And the rule that keeps it true: no other module of the package touches a private
+attribute of a nats-py object.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import re
+from pathlib import Path
+
+import nats.aio.client
+import nats.aio.subscription
+
+from pyspark_jetstream.client import nats_internals
+
+PACKAGE = Path(nats_internals.__file__).resolve().parents[1]
+Client = nats.aio.client.Client
+
+
+def _params(function) -> list[str]:
+    return list(inspect.signature(function).parameters)
+
+
+def test_the_raw_message_hook_has_the_parser_signature():
+    # nats_internals.raw_subscribe replaces the bound _process_msg and calls the original.
+    assert inspect.iscoroutinefunction(Client._process_msg)
+    assert _params(Client._process_msg) == ["self", "sid", "subject", "reply", "data", "headers"]
+    # The parser calls it through the client attribute (so the replacement is what runs).
+    parser_source = inspect.getsource(nats.aio.client) + inspect.getsource(__import__("nats.protocol.parser",
+                                                                                      fromlist=["x"]))
+    assert "_process_msg(" in parser_source
+
+
+def test_raw_sends_go_through_the_write_buffer_as_the_same_objects():
+    assert inspect.iscoroutinefunction(Client._send_command) and inspect.iscoroutinefunction(Client._flush_pending)
+    assert _params(Client._send_command)[:2] == ["self", "cmd"]
+    client = Client()
+    client.options["pending_size"] = 1 << 20
+    frame = b"PUB x 0\r\n\r\n"
+    asyncio.run(client._send_command(frame))
+    # still_pending / discard_pending find frames in _pending by identity and fix _pending_data_size.
+    assert client._pending == [frame] and client._pending[0] is frame
+    assert client._pending_data_size == len(frame)
+
+
+def test_attributes_read_or_set_on_the_client():
+    client = Client()
+    assert isinstance(client._server_info, dict)  # is_clustered reads its "cluster"
+    assert isinstance(client.options, dict)  # adopt sets options["max_reconnect_attempts"]
+    assert "max_reconnect_attempts" in _params(Client.connect)
+    assert 'self.options["max_reconnect_attempts"]' in inspect.getsource(Client)
+    assert client.last_error is None and client.is_closed is False  # public, read by ConnectionEvents
+    client._pyspark_jetstream_events = object()  # the client takes attributes of ours (no __slots__)
+    for callback in ("disconnected_cb", "reconnected_cb", "closed_cb", "error_cb"):
+        assert callback in _params(Client.connect), callback
+
+
+def test_a_subscription_keeps_its_sid_in_id():
+    sub = nats.aio.subscription.Subscription(Client(), id=7, subject="a")
+    assert sub._id == 7  # raw handlers are keyed by the sid the parser passes to _process_msg
+
+
+NATS_OBJECTS = re.compile(r"\b(nc|self\.nc|self\._nc|client|sub|self\.sub|old)\._[a-z]")
+
+
+def test_no_other_module_touches_a_private_nats_py_attribute():
+    offenders = []
+    for path in PACKAGE.rglob("*.py"):
+        if path.name == "nats_internals.py" or "tools" in path.parts:
+            continue
+        for number, line in enumerate(path.read_text().splitlines(), 1):
+            if NATS_OBJECTS.search(line):
+                offenders.append(f"{path.relative_to(PACKAGE)}:{number}: {line.strip()}")
+    assert offenders == []
