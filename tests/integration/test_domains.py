@@ -12,7 +12,7 @@ import json
 import pytest
 from pyspark.sql import functions as F
 
-from pyspark_jetstream.server import EmbeddedNatsServer, _free_port
+from pyspark_jetstream.tools.server import EmbeddedNatsServer, _free_port
 
 from ..helpers import SyncNats, finished, jetstream_writer, publish, wait_until
 

@@ -100,6 +100,7 @@ class PartitionReader:
         self.watchdog: asyncio.Task | None = None
         self.tasks: set[asyncio.Task] = set()
         self.confirming = False  # a leader check of "nothing pending" is under way
+        self.starting: Any = None  # the future of start(), kept by read_partition
 
     @property
     def last_sseq(self) -> int:
@@ -450,13 +451,13 @@ class PartitionReader:
                     return
                 self.resetting = True
                 if self.range.stalled(time.monotonic(), self.opts.max_wait):
-                    self._fail(self._stalled_error(f"the consumer could not be created: {exc}"))
+                    self._fail(self.stalled_error(f"the consumer could not be created: {exc}"))
                     return
                 log.warning("stream %s: creating the consumer from sequence %d failed (%s); retrying",
                             self.stream, start_seq, exc)
                 await asyncio.sleep(next(delays))
 
-    def _stalled_error(self, why: str) -> PartitionReadError:
+    def stalled_error(self, why: str) -> PartitionReadError:
         return PartitionReadError(
             f"Reading stream '{self.stream}' sequences {self.first}..{self.last} made no progress for "
             f"{self.opts.max_wait:g}s after sequence {self.last_sseq} ({why}). Check the server; raise the "
@@ -472,7 +473,7 @@ class PartitionReader:
                 log.warning("stream %s: missed heartbeats; pulling again", self.stream)
                 self._maybe_pull()
             if not self.resetting and self.ahead == 0 and self.range.stalled(now, self.opts.max_wait):
-                self._fail(self._stalled_error("no message, heartbeat or status"))
+                self._fail(self.stalled_error("no message, heartbeat or status"))
 
     # ---------------------------------------------------------------- connection events
 
@@ -530,7 +531,7 @@ def read_partition(opts: SourceOptions, stream: str, first: int, last: int,
     out: queue.Queue = queue.Queue()
     reader = PartitionReader(opts, stream, first, last, out, created, max_age)
     loop = runtime.loop()
-    runtime.submit(reader.start())
+    reader.starting = runtime.submit(reader.start())  # kept referenced: the loop holds its tasks weakly
     poll = min(5.0, opts.max_wait)
     last_item = time.monotonic()
     try:
@@ -541,7 +542,7 @@ def read_partition(opts: SourceOptions, stream: str, first: int, last: int,
                 now = time.monotonic()
                 limit = opts.max_wait + WAIT_GRACE
                 if now - last_item > limit and now - reader.last_progress > limit:
-                    raise reader._stalled_error("the reader neither delivered nor failed") from None
+                    raise reader.stalled_error("the reader neither delivered nor failed") from None
                 continue
             last_item = time.monotonic()
             if item is _DONE:
