@@ -99,7 +99,7 @@ class ProgressPrinter:
                 source = p.sources[0]
                 print(f"  micro-batch {p.batchId}: {p.numInputRows} orders read, "
                       f"{p.inputRowsPerSecond:.0f} rows/s in, {p.processedRowsPerSecond:.0f} rows/s processed; "
-                      f"offsets {source.startOffset or 'start'} -> {source.endOffset} (latest {source.latestOffset})",
+                      f"offsets {_offset(source.startOffset)} -> {source.endOffset} (latest {source.latestOffset})",
                       flush=True)
 
             def onQueryIdle(self, event):
@@ -119,8 +119,9 @@ async def show_stream(servers: str, stream: str, limit: int = 5) -> None:
     nc = await nats.connect(servers.split(","))
     js = nc.jetstream()
     info = await js.stream_info(stream)
+    cut = f"; the first {limit}:" if info.state.messages > limit else ":"
     print(f"\nStream {stream}: {info.state.messages} messages, {info.state.bytes} bytes, "
-          f"AllowMsgTTL={info.config.allow_msg_ttl}")
+          f"AllowMsgTTL={info.config.allow_msg_ttl}{cut}")
     ttl_counts: Counter[str] = Counter()
     # AckNone: nothing to acknowledge, so the consumer never stalls at max_ack_pending.
     sub = await js.pull_subscribe(">", stream=stream, config=ConsumerConfig(ack_policy=AckPolicy.NONE))
@@ -141,6 +142,12 @@ async def show_stream(servers: str, stream: str, limit: int = 5) -> None:
     await sub.unsubscribe()
     print("TTL mix:", ", ".join(f"{k}: {v}" for k, v in sorted(ttl_counts.items())))
     await nc.close()
+
+
+def _offset(offset) -> str:
+    """A micro-batch's start offset as progress reports it: the first batch has none yet
+    (PySpark gives the JSON ``null`` as ``None`` or as the string ``"None"``)."""
+    return "start" if offset in (None, "None", "null") else str(offset)
 
 
 def _expiry(stored: dt.datetime, ttl: str) -> str:

@@ -24,8 +24,13 @@ class JetStreamDataSource(DataSource):
         return "jetstream"
 
     def schema(self) -> str:
+        """The source's fixed schema. Spark asks for it when a read is defined (``load()``), before it
+        says whether the read is a batch or a streaming one: the options are checked here, so that a
+        mistake fails at ``load()`` naming the option, not later at ``start()`` or in a task."""
+        from .options import parse_source_options
         from .source.rows import KV_SCHEMA_DDL, SOURCE_SCHEMA_DDL
 
+        parse_source_options(self.options, streaming=None)
         return KV_SCHEMA_DDL if "bucket" in self.options else SOURCE_SCHEMA_DDL
 
     def _source_options(self, schema, streaming: bool):

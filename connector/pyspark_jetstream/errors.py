@@ -30,10 +30,14 @@ class JetStreamConnectorError(Exception):
 class OptionError(JetStreamConnectorError, ValueError):
     """An option is missing, unknown, malformed, out of range or conflicts with another."""
 
-    def __init__(self, option: str, value: object, expected: str) -> None:
+    def __init__(self, option: str, value: object, expected: str, *, unknown: bool = False) -> None:
         self.option = option
         self.value = value
         self.expected = expected
+        self.unknown = unknown
+        if unknown:  # the name is the mistake, not the value
+            super().__init__(f"Unknown option '{option}' {expected}")
+            return
         shown = "<missing>" if value is None else repr(value)
         super().__init__(f"Invalid value for option '{option}': {shown}. {expected}")
 

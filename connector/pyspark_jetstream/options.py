@@ -26,6 +26,23 @@ from .protocol.ttl import ALLOWED_TTL, InvalidTtl, parse_go_duration, resolve_tt
 # Keys Spark itself puts into a query's options; never ours to judge.
 SPARK_OWNED_KEYS = frozenset({"path", "checkpointlocation", "queryname"})
 
+_KAFKA_STREAM = "'stream' (the JetStream stream to read; filter its subjects with 'subjects')"
+KAFKA_HINTS = {  # lower-cased Kafka connector option -> what JetStream users set instead
+    "subscribe": _KAFKA_STREAM,
+    "subscribepattern": _KAFKA_STREAM,
+    "assign": _KAFKA_STREAM,
+    "kafka.bootstrap.servers": "'servers' (NATS URLs, comma-separated)",
+    "maxoffsetspertrigger": "'maxMessagesPerTrigger'",
+    "startingoffsetsbytimestamp": "'startingTimestamp'",
+    "startingtimestamp": "'startingTimestamp'",
+    "endingoffsetsbytimestamp": "'endingOffsets' (a stream sequence)",
+    "topic": "the option 'subject' (or a 'subject' column)",
+    "includeheaders": "nothing: the 'headers' column is always read",
+    "groupidprefix": "nothing: reads hold no consumer group (see 'bookmarkConsumer' to show progress)",
+    "kafka.group.id": "nothing: reads hold no consumer group (see 'bookmarkConsumer' to show progress)",
+}
+"""Spark's Kafka connector options a user may reach for, and the JetStream option that does the job."""
+
 _SUBJECT_BAD = re.compile(r"\s|(^|\.)[*>](\.|$)|^\.|\.\.|\.$")
 _STREAM_NAME_BAD = re.compile(r"[\s.*>/\\]")
 
@@ -308,7 +325,13 @@ def parse_table(
                 lowered, [n.lower() for n in names], n=1, cutoff=0.6
             )
             hint = f" Did you mean '{index[close[0].lower()].name}'?" if close else ""
-            raise OptionError(key, value, f"Unknown option when {direction}.{hint} Known options: {', '.join(names)}.")
+            kafka = KAFKA_HINTS.get(lowered)
+            if kafka is None and lowered.startswith("kafka."):
+                kafka = "the connection options ('servers', 'user', 'password', 'token', 'credsFile', " \
+                        "'nkeySeedFile', 'tlsCaFile', 'tlsCertFile', 'tlsKeyFile')"
+            if kafka is not None:
+                hint = f" It is a Kafka option; for JetStream use {kafka}."
+            raise OptionError(key, value, f"when {direction}.{hint} Known options: {', '.join(names)}.", unknown=True)
         values[spec.name] = _parse_one(spec, value)
     for spec in specs:
         if spec.name not in values:
@@ -528,8 +551,18 @@ SOURCE_OPTIONS: tuple[OptionSpec, ...] = (
                parse_timestamp),
     OptionSpec("endingOffsets", "latest", "Expected 'latest' or a stream sequence >= 1 (inclusive).",
                "Batch reads only: the last sequence to read, inclusive.", parse_ending_offsets),
+    OptionSpec("endingTimestamp", None, "Expected an ISO-8601 time such as '2026-01-31T12:00:00Z' or epoch milliseconds.",
+               "Batch reads only: end at the last message stored at or before this time (instead of "
+               "`endingOffsets`).", parse_timestamp),
     OptionSpec("maxMessagesPerTrigger", None, "Expected an integer >= 1.",
                "Streaming: at most this many sequences per micro-batch (Spark's ReadMaxRows).", parse_int_range(1)),
+    OptionSpec("minMessagesPerTrigger", None, "Expected an integer >= 1.",
+               "Streaming: a micro-batch waits until at least this many new sequences are there, or until "
+               "`maxTriggerDelay` has passed (Kafka's `minOffsetsPerTrigger`). `availableNow` reads what is there.",
+               parse_int_range(1)),
+    OptionSpec("maxTriggerDelay", "15m", "Expected a duration of at least 1s, such as '15m'.",
+               "Streaming, with `minMessagesPerTrigger`: the longest a micro-batch waits for that many sequences.",
+               parse_duration_seconds(1.0)),
     OptionSpec("numPartitions", None, "Expected an integer from 1 to 10000.",
                "Spark partitions per micro-batch: the sequence range is split into at most this many contiguous "
                "ranges. Default: the driver host's core count. The count is recorded with each offset, so a "
@@ -573,7 +606,10 @@ class SourceOptions:
     bucket: str | None
     starting: StartingPosition
     ending_seq: int | None
+    ending_timestamp: Any  # a UTC datetime, or None
     max_messages_per_trigger: int | None
+    min_messages_per_trigger: int | None
+    max_trigger_delay: float
     num_partitions: int
     fail_on_data_loss: bool
     bookmark_consumer: str | None
@@ -592,7 +628,14 @@ class SourceOptions:
         return ()
 
 
-def parse_source_options(raw: Mapping[str, str], *, streaming: bool) -> SourceOptions:
+def _raw_value(raw: Mapping[str, str], name: str) -> str:
+    """The value the user gave option ``name`` (any case), for an error message."""
+    return next((v for k, v in raw.items() if k.lower() == name.lower()), "<set>")
+
+
+def parse_source_options(raw: Mapping[str, str], *, streaming: bool | None) -> SourceOptions:
+    """The read's options; ``streaming=None`` when Spark has not said yet whether the read is a
+    batch or a streaming one (``load()``): the checks of one kind only are then left for later."""
     from .protocol.pull_engine import ConsumeConfig, InvalidConsumeConfig
 
     values = parse_table(raw, CONNECTION_OPTIONS + SOURCE_OPTIONS, direction="reading", other_direction=SINK_OPTIONS)
@@ -604,7 +647,7 @@ def parse_source_options(raw: Mapping[str, str], *, streaming: bool) -> SourceOp
         raise OptionError("stream", None, "Name the stream to read in option 'stream' (or a KV bucket in 'bucket').")
     stream = values["stream"] or f"KV_{values['bucket']}"
     if values["startingOffsets"] is not None and values["startingTimestamp"] is not None:
-        raise OptionError("startingTimestamp", raw.get("startingTimestamp", "<set>"),
+        raise OptionError("startingTimestamp", _raw_value(raw, "startingTimestamp"),
                           "Set either 'startingOffsets' or 'startingTimestamp', not both.")
     if values["startingTimestamp"] is not None:
         starting = StartingPosition("timestamp", values["startingTimestamp"])
@@ -612,10 +655,21 @@ def parse_source_options(raw: Mapping[str, str], *, streaming: bool) -> SourceOp
         starting = values["startingOffsets"]
     else:
         starting = StartingPosition("latest" if streaming else "earliest")
-    if streaming and "endingoffsets" in given:
-        raise OptionError("endingOffsets", values["endingOffsets"], "It applies to batch reads only (spark.read).")
-    for name in ("maxMessagesPerTrigger", "bookmarkConsumer"):
-        if not streaming and name.lower() in given:
+    for name in ("endingOffsets", "endingTimestamp"):
+        if streaming and name.lower() in given:
+            raise OptionError(name, _raw_value(raw, name), "It applies to batch reads only (spark.read).")
+    if "endingoffsets" in given and values["endingTimestamp"] is not None:
+        raise OptionError("endingTimestamp", _raw_value(raw, "endingTimestamp"),
+                          "Set either 'endingOffsets' or 'endingTimestamp', not both.")
+    if "maxtriggerdelay" in given and values["minMessagesPerTrigger"] is None:
+        raise OptionError("maxTriggerDelay", _raw_value(raw, "maxTriggerDelay"),
+                          "It applies with 'minMessagesPerTrigger' only.")
+    if values["minMessagesPerTrigger"] is not None and values["maxMessagesPerTrigger"] is not None \
+            and values["minMessagesPerTrigger"] > values["maxMessagesPerTrigger"]:
+        raise OptionError("minMessagesPerTrigger", str(values["minMessagesPerTrigger"]),
+                          f"It must not exceed 'maxMessagesPerTrigger' ({values['maxMessagesPerTrigger']}).")
+    for name in ("maxMessagesPerTrigger", "minMessagesPerTrigger", "maxTriggerDelay", "bookmarkConsumer"):
+        if streaming is False and name.lower() in given:
             raise OptionError(name, values[name], "It applies to streaming reads only (spark.readStream).")
     try:
         consume = ConsumeConfig.build(
@@ -635,7 +689,10 @@ def parse_source_options(raw: Mapping[str, str], *, streaming: bool) -> SourceOp
         bucket=values["bucket"],
         starting=starting,
         ending_seq=values["endingOffsets"],
+        ending_timestamp=values["endingTimestamp"],
         max_messages_per_trigger=values["maxMessagesPerTrigger"],
+        min_messages_per_trigger=values["minMessagesPerTrigger"],
+        max_trigger_delay=values["maxTriggerDelay"],
         num_partitions=values["numPartitions"] or int(_default_partitions()),
         fail_on_data_loss=values["failOnDataLoss"],
         bookmark_consumer=values["bookmarkConsumer"],

@@ -45,9 +45,11 @@ def test_quickstart_with_its_embedded_server():
     # The streaming aggregation: three micro-batches of at most 400 orders, progress shown as it ran.
     progress = out.split("Stream ORDERS:")[0]  # printed as the query ran, before the streams are shown
     assert re.findall(r"micro-batch (\d+): (\d+) orders read", progress) == [("0", "400"), ("1", "400"), ("2", "200")]
+    assert re.search(r"micro-batch 0: .* offsets start -> \{", progress), progress  # not "None"
     assert "Query finished\n" in progress
     # One total per customer kept (MaxMsgsPerSubject=1), each with the sink's defaultTtl.
     assert totals_section.startswith(" 7 messages") and "TTL mix: 1h: 7" in totals_section
+    assert "AllowMsgTTL=True; the first 5:" in totals_section  # the list below is cut, and says so
     assert "Customer totals cover 1000 orders" in out
     # The driver's per-batch totals are visible without any logging setup.
     assert "JetStream sink write committed: 1000 published, 0 duplicates" in done.stderr

@@ -448,3 +448,56 @@ def test_header_values_are_trimmed_as_other_nats_clients_read_them(spark, nats_s
     [msg] = nats_client.run(sub.fetch(1, timeout=10))
     assert dict(row.headers) == {"X-Pad": ["padded"], "X-Inner": ["a  b"]}
     assert {k: [v] for k, v in msg.headers.items()} == dict(row.headers)  # what nats-py's JetStream API reads
+
+
+def _progress_saw(query, seq: int) -> bool:
+    """Some progress report shows the source's latest sequence at ``seq`` or past it."""
+    latest = [p.sources[0].latestOffset for p in query.recentProgress if p.sources]
+    return any(offset and json.loads(offset).get("seq", 0) >= seq for offset in latest)
+
+
+def test_min_messages_per_trigger_waits_for_enough_or_for_the_delay(spark, nats_server, nats_client, stream_name):
+    nats_client.add_stream(stream_name, [f"{stream_name}.>"])
+    spark.conf.set("spark.sql.streaming.noDataProgressEventInterval", "200")
+
+    def start(name, **options):
+        r = (spark.readStream.format("jetstream").option("servers", nats_server.url).option("stream", stream_name)
+             .option("startingOffsets", "earliest"))
+        for key, value in options.items():
+            r = r.option(key, value)
+        return (r.load().select("seq").writeStream.format("memory").queryName(name)
+                .trigger(processingTime="200 milliseconds").start())
+
+    rows = lambda name: sorted(r.seq for r in spark.table(name).collect())  # noqa: E731
+    waiting = start(f"min_{stream_name.lower()}", minMessagesPerTrigger="10", maxTriggerDelay="1h")
+    try:
+        publish(nats_client, f"{stream_name}.x", 5)
+        # The source has seen the 5 new sequences (its latest offset) and planned no batch for them.
+        wait_until(lambda: _progress_saw(waiting, 5), timeout=60, what="a progress report after the 5 messages")
+        assert rows(f"min_{stream_name.lower()}") == []
+        publish(nats_client, f"{stream_name}.x", 5, start=5)
+        wait_until(lambda: rows(f"min_{stream_name.lower()}") == list(range(1, 11)), timeout=60,
+                   what="one micro-batch with the 10 messages")
+        batches = [p.numInputRows for p in waiting.recentProgress if p.numInputRows]
+        assert batches == [10]
+    finally:
+        waiting.stop()
+    # Fewer than the minimum: the batch goes once maxTriggerDelay has passed.
+    delayed = start(f"delay_{stream_name.lower()}", minMessagesPerTrigger="1000", maxTriggerDelay="2s")
+    try:
+        wait_until(lambda: rows(f"delay_{stream_name.lower()}") == list(range(1, 11)), timeout=60,
+                   what="the 10 messages after maxTriggerDelay")
+    finally:
+        delayed.stop()
+
+
+def test_ending_timestamp_reads_up_to_the_last_message_stored_at_or_before_it(spark, nats_server, nats_client,
+                                                                              stream_name):
+    nats_client.add_stream(stream_name, [f"{stream_name}.>"])
+    publish(nats_client, f"{stream_name}.x", 10)
+    stamps = {r.seq: r.timestamp for r in read(spark, nats_server, stream=stream_name).collect()}
+    sixth = stamps[6].astimezone(dt.timezone.utc).isoformat()
+    assert [r.seq for r in read(spark, nats_server, stream=stream_name, endingTimestamp=sixth)
+            .orderBy("seq").collect()] == [1, 2, 3, 4, 5, 6]
+    assert read(spark, nats_server, stream=stream_name, endingTimestamp="2000-01-01T00:00:00Z").count() == 0
+    assert read(spark, nats_server, stream=stream_name, endingTimestamp="2999-01-01T00:00:00Z").count() == 10

@@ -1,6 +1,7 @@
 """Option parsing: typed values, defaults, cross-option rules, unknown keys, secrets."""
 
 import pickle
+import re
 
 import pytest
 from hypothesis import given, settings
@@ -141,7 +142,7 @@ def test_any_value_parses_or_raises_option_error(name, value):
 _SOURCE_NAMES = [s.name for s in SOURCE_OPTIONS if s.name not in ("stream", "bucket")]
 
 
-@given(st.sampled_from(_SOURCE_NAMES), st.text(max_size=40), st.booleans())
+@given(st.sampled_from(_SOURCE_NAMES), st.text(max_size=40), st.sampled_from([True, False, None]))
 def test_any_source_value_parses_or_raises_option_error(name, value, streaming):
     try:
         parse_source_options({"stream": "S", name: value}, streaming=streaming)
@@ -213,3 +214,47 @@ def test_domain_and_api_prefix_are_checked_at_definition(raw, option):
     with pytest.raises(OptionError) as info:
         parse_source_options({"stream": "S", **raw}, streaming=True)
     assert info.value.option == option
+
+
+@pytest.mark.parametrize("raw, streaming, option, needle", [
+    ({"endingTimestamp": "2026-01-01T00:00:00Z"}, True, "endingTimestamp", "batch reads only"),
+    ({"endingOffsets": "9", "endingTimestamp": "2026-01-01T00:00:00Z"}, False, "endingTimestamp", "not both"),
+    ({"minMessagesPerTrigger": "10"}, False, "minMessagesPerTrigger", "streaming reads only"),
+    ({"maxTriggerDelay": "1m"}, True, "maxTriggerDelay", "with 'minMessagesPerTrigger' only"),
+    ({"minMessagesPerTrigger": "10", "maxMessagesPerTrigger": "5"}, True, "minMessagesPerTrigger",
+     "must not exceed 'maxMessagesPerTrigger' (5)"),
+    ({"maxTriggerDelay": "0.5s", "minMessagesPerTrigger": "2"}, True, "maxTriggerDelay", "at least 1s"),
+])
+def test_trigger_and_ending_rules(raw, streaming, option, needle):
+    with pytest.raises(OptionError, match=re.escape(needle)) as info:
+        parse_source_options({"stream": "S", **raw}, streaming=streaming)
+    assert info.value.option == option
+
+
+def test_trigger_and_ending_options_parse():
+    opts = parse_source_options({"stream": "S", "minMessagesPerTrigger": "10", "maxTriggerDelay": "30s"},
+                                streaming=True)
+    assert (opts.min_messages_per_trigger, opts.max_trigger_delay) == (10, 30.0)
+    assert parse_source_options({"stream": "S"}, streaming=True).max_trigger_delay == 900.0  # Kafka's 15m
+    batch = parse_source_options({"stream": "S", "endingTimestamp": "1700000000000"}, streaming=False)
+    assert batch.ending_timestamp.isoformat() == "2023-11-14T22:13:20+00:00"
+
+
+@pytest.mark.parametrize("option, hint", [
+    ("subscribe", "for JetStream use 'stream'"),
+    ("subscribePattern", "for JetStream use 'stream'"),
+    ("kafka.bootstrap.servers", "for JetStream use 'servers'"),
+    ("maxOffsetsPerTrigger", "for JetStream use 'maxMessagesPerTrigger'"),
+    ("kafka.sasl.jaas.config", "for JetStream use the connection options"),
+])
+def test_kafka_options_get_the_jetstream_name(option, hint):
+    with pytest.raises(OptionError, match="It is a Kafka option; " + hint):
+        parse_source_options({"stream": "S", option: "x"}, streaming=None)
+
+
+def test_definition_time_checks_leave_the_kind_of_read_open():
+    # At load() Spark has not said whether the read streams: options of one kind only are accepted then.
+    parse_source_options({"stream": "S", "maxMessagesPerTrigger": "5"}, streaming=None)
+    parse_source_options({"stream": "S", "endingOffsets": "5"}, streaming=None)
+    with pytest.raises(OptionError, match="Unknown option"):
+        parse_source_options({"stream": "S", "maxMessagePerTrigger": "5"}, streaming=None)

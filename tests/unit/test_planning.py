@@ -11,12 +11,14 @@ from pyspark_jetstream.source.planning import (
     end_seq,
     identity_change,
     initial_seq,
+    last_seq_at_or_before,
     lost_range,
     make_offset,
     offset_partitions,
     offset_seq,
     restart_seq,
     split_range,
+    waits_for_more,
 )
 
 B = StreamBounds(first_seq=10, last_seq=100)
@@ -126,3 +128,20 @@ def test_recreated_error_says_what_happened_and_what_to_do():
     backwards = str(StreamRecreatedError("RC", 100, None, 30, T2))
     assert "sequence went backwards" in backwards and "sequence 100" in backwards and "ends at 30" in backwards
     assert isinstance(StreamRecreatedError("RC", 1, None, 0, None), DataLossError)
+
+
+@pytest.mark.parametrize("available, min_rows, since, delay, waits", [
+    (5, None, 0.0, 900.0, False),  # no minimum: never waits
+    (5, 10, 0.0, 900.0, True),  # fewer than the minimum, the delay not passed
+    (10, 10, 0.0, 900.0, False),  # the minimum reached
+    (5, 10, 900.0, 900.0, False),  # the delay passed: a smaller batch goes
+    (0, 10, 0.0, 900.0, False),  # nothing new: nothing to wait for
+])
+def test_min_messages_per_trigger_waits_like_kafkas_min_offsets(available, min_rows, since, delay, waits):
+    assert waits_for_more(available, min_rows, since, delay) is waits
+
+
+def test_ending_timestamp_ends_before_the_first_message_after_it():
+    assert last_seq_at_or_before(51, B) == 50
+    assert last_seq_at_or_before(None, B) == 100  # nothing after the time: the stream's last
+    assert last_seq_at_or_before(1, StreamBounds(1, 5)) == 0  # everything is after it: an empty read

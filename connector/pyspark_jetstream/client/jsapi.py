@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import datetime as _dt
 import json
 from collections.abc import Iterator
 from typing import Any, NamedTuple
@@ -98,8 +99,15 @@ async def update_stream(nc, config: dict[str, Any], prefix: str = API_PREFIX) ->
     return await request(nc, f"STREAM.UPDATE.{config['name']}", config, prefix=prefix)
 
 
+LAST_NANOSECOND_TIME = _dt.datetime(2262, 4, 11, 23, 47, 16, tzinfo=_dt.timezone.utc)
+"""Past this, a time no longer fits int64 nanoseconds: nats-server 2.15.1 answers a ``start_time``
+beyond it with sequence 1 (the time wraps), so such a time is answered here: nothing is that recent."""
+
+
 async def first_seq_at_or_after(nc, stream: str, when, prefix: str = API_PREFIX) -> int | None:
     """The first sequence stored at or after ``when`` (server-side binary search), or None."""
+    if when >= LAST_NANOSECOND_TIME:
+        return None
     text = when.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
     try:
         reply = await request(nc, f"STREAM.MSG.GET.{stream}", {"start_time": text}, prefix=prefix)

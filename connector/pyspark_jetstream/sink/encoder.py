@@ -43,6 +43,11 @@ from ..protocol.ttl import InvalidTtl, remaining_ttl_seconds, resolve_ttl
 INPUT_COLUMNS = ("subject", "data", "headers", "ttl", "expires_at", "msg_id")
 """Columns the sink publishes from (names matched case-insensitively)."""
 
+KAFKA_COLUMNS = {  # Spark's Kafka sink columns -> this sink's
+    "value": "'data'",
+    "topic": "'subject'",
+    "partition": "none: the stream and its subjects decide where a message goes",
+}
 SOURCE_ONLY_COLUMNS = ("stream", "seq", "timestamp", "marker_reason", "key", "operation")
 """Columns the source produces (``key``/``operation`` for a KV bucket) and the sink does not publish,
 so a read DataFrame can be written back; ``stream``/``seq``/``marker_reason`` steer it (module docstring)."""
@@ -98,10 +103,12 @@ def layout_from_schema(schema: Any, *, has_default_subject: bool) -> InputLayout
         by_name[lowered] = fld
     unknown = [f.name for f in schema.fields if f.name.lower() not in INPUT_COLUMNS + SOURCE_ONLY_COLUMNS]
     if unknown:
+        kafka = [f"'{u}' -> {KAFKA_COLUMNS[u.lower()]}" for u in unknown if u.lower() in KAFKA_COLUMNS]
+        hint = f" Kafka's sink columns have JetStream names: {'; '.join(kafka)}." if kafka else ""
         raise SchemaError(
-            f"Unknown column(s) {', '.join(repr(u) for u in unknown)} for the JetStream sink. Accepted columns: "
-            f"{', '.join(INPUT_COLUMNS)} (and, ignored, {', '.join(SOURCE_ONLY_COLUMNS)}). Select or rename columns "
-            "before writing."
+            f"Unknown column(s) {', '.join(repr(u) for u in unknown)} for the JetStream sink.{hint} Accepted "
+            f"columns: {', '.join(INPUT_COLUMNS)} (and, ignored, {', '.join(SOURCE_ONLY_COLUMNS)}). Select or rename "
+            "columns before writing."
         )
 
     def bad_type(name: str, want: str) -> SchemaError:

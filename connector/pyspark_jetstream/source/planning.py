@@ -118,6 +118,23 @@ def end_seq(start: int, latest: int, max_rows: int | None) -> int:
     return end
 
 
+def waits_for_more(available: int, min_rows: int | None, since_last_batch: float, max_delay: float) -> bool:
+    """Option ``minMessagesPerTrigger``: whether the next micro-batch waits for more sequences.
+
+    As Spark's Kafka source does with ``minOffsetsPerTrigger``: a batch starts once at least
+    ``min_rows`` new sequences are there, or once ``max_delay`` seconds (``maxTriggerDelay``)
+    have passed since the last batch started with fewer. With nothing new there is nothing to
+    wait for (no batch runs either way).
+    """
+    return min_rows is not None and 0 < available < min_rows and since_last_batch < max_delay
+
+
+def last_seq_at_or_before(first_after: int | None, bounds: StreamBounds) -> int:
+    """Option ``endingTimestamp``: the last sequence stored at or before the time, from the first
+    sequence stored after it (``None``: no message is that recent, so the stream's last)."""
+    return bounds.last_seq if first_after is None else offset_before(first_after)
+
+
 @dataclass(frozen=True)
 class SeqRange:
     """Inclusive sequence range ``first..last`` read by one Spark partition."""

@@ -7,6 +7,7 @@ side: :func:`partition_reader.read_partition` yields Arrow batches.
 
 from __future__ import annotations
 
+import datetime as dt
 import time
 from collections.abc import Callable, Coroutine, Iterator
 from dataclasses import dataclass
@@ -29,12 +30,14 @@ from .planning import (
     end_seq,
     identity_change,
     initial_seq,
+    last_seq_at_or_before,
     lost_range,
     make_offset,
     offset_partitions,
     offset_seq,
     restart_seq,
     split_range,
+    waits_for_more,
 )
 
 log = get_logger("source")
@@ -112,6 +115,20 @@ def _recreated(opts: SourceOptions, offset: dict, bounds: StreamBounds, going_on
     log.warning("%s %s (failOnDataLoss=false).", error, going_on)
 
 
+def _ending_seq(opts: SourceOptions, bounds: StreamBounds) -> int:
+    """The last sequence of a batch read: ``endingOffsets``, or per ``endingTimestamp`` the last
+    message stored at or before that time (found as ``startingTimestamp``'s first one is)."""
+    if opts.ending_timestamp is None:
+        return bounds.last_seq if opts.ending_seq is None else opts.ending_seq
+    after = opts.ending_timestamp + dt.timedelta(microseconds=1)
+
+    async def lookup() -> int | None:
+        nc = await runtime.connection(opts.connection)
+        return await jsapi.first_seq_at_or_after(nc, opts.stream, after, opts.api_prefix)
+
+    return last_seq_at_or_before(_ask_server(opts, lookup, "The end-time lookup"), bounds)
+
+
 def _starting_seq(opts: SourceOptions, bounds: StreamBounds) -> int:
     start = opts.starting
     if start.kind == "timestamp":
@@ -153,7 +170,7 @@ class JetStreamBatchReader(DataSourceReader):
         self.opts = opts
         bounds = _bounds(opts)
         self.start = _starting_seq(opts, bounds)
-        last = bounds.last_seq if opts.ending_seq is None else min(opts.ending_seq, bounds.last_seq)
+        last = min(_ending_seq(opts, bounds), bounds.last_seq)
         self.end = max(last, self.start)
         # Each partition checks that the stream was not recreated between this plan and its read.
         self._partitions = _plan_partitions(opts, self.start, self.end, bounds, check_identity=True)
@@ -172,6 +189,7 @@ class JetStreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         self.opts = opts
         self._latest: int | None = None
         self._target: int | None = None
+        self._last_batch = time.monotonic()  # when the last micro-batch was planned (maxTriggerDelay)
 
     def _offset(self, seq: int, bounds: StreamBounds) -> dict:
         return make_offset(self.opts.stream, seq, self.opts.num_partitions, bounds.created)
@@ -196,6 +214,13 @@ class JetStreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
             if self._target is not None:  # an AvailableNow target of the old stream means nothing in the new one
                 self._target = bounds.last_seq
         latest = bounds.last_seq if self._target is None else min(bounds.last_seq, self._target)
+        if self._target is None and reset is None and self.opts.min_messages_per_trigger is not None:
+            now = time.monotonic()
+            if waits_for_more(latest - first, self.opts.min_messages_per_trigger, now - self._last_batch,
+                              self.opts.max_trigger_delay):
+                return start  # no new micro-batch yet (AvailableNow reads what is there)
+            if latest > first:
+                self._last_batch = now
         max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else None
         end = self._offset(end_seq(first, latest, max_rows), bounds)
         if reset is not None:
