@@ -117,7 +117,9 @@ def _recreated(opts: SourceOptions, offset: dict, bounds: StreamBounds, going_on
 
 def _ending_seq(opts: SourceOptions, bounds: StreamBounds) -> int:
     """The last sequence of a batch read: ``endingOffsets``, or per ``endingTimestamp`` the last
-    message stored at or before that time (found as ``startingTimestamp``'s first one is)."""
+    message stored at or before that time (found as ``startingTimestamp``'s first one is). Times
+    compare at Spark's precision, the microsecond: a message stored within the microsecond the
+    option names (its ``timestamp`` column shows that microsecond) is read."""
     if opts.ending_timestamp is None:
         return bounds.last_seq if opts.ending_seq is None else opts.ending_seq
     after = opts.ending_timestamp + dt.timedelta(microseconds=1)
