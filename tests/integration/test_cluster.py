@@ -16,6 +16,7 @@ import os
 import signal
 from concurrent.futures import ThreadPoolExecutor
 
+import nats.errors
 from pyspark.sql import functions as F
 
 from pyspark_jetstream.options import parse_source_options
@@ -133,8 +134,13 @@ def _read_six_partitions_resuming(client: SyncNats, servers: str, stream: str, f
 
     with ThreadPoolExecutor(6) as pool:
         reads = [pool.submit(read, r.first, r.last) for r in split_range(0, 31_000, 6)]
-        wait_until(lambda: len(client.api(f"CONSUMER.NAMES.{stream}").get("consumers") or []) >= 6,
-                   timeout=30, what="every partition's consumer assigned")
+        def assigned() -> bool:
+            try:
+                return len(client.api(f"CONSUMER.NAMES.{stream}").get("consumers") or []) >= 6
+            except nats.errors.TimeoutError:  # a busy cluster with a node stopped may not answer within 10 s
+                return False
+
+        wait_until(assigned, timeout=90, what="every partition's consumer assigned")
         os.kill(follower.pid, signal.SIGCONT)
         return [s for r in reads for s in r.result(timeout=300)]
 
