@@ -478,8 +478,10 @@ def test_min_messages_per_trigger_waits_for_enough_or_for_the_delay(spark, nats_
         publish(nats_client, f"{stream_name}.x", 5, start=5)
         wait_until(lambda: rows(f"min_{stream_name.lower()}") == list(range(1, 11)), timeout=60,
                    what="one micro-batch with the 10 messages")
-        batches = [p.numInputRows for p in waiting.recentProgress if p.numInputRows]
-        assert batches == [10]
+        # The memory sink shows the rows before Spark posts that batch's progress report: wait for it.
+        batches = lambda: [p.numInputRows for p in waiting.recentProgress if p.numInputRows]  # noqa: E731
+        wait_until(lambda: batches(), timeout=60, what="the progress report of the batch with the 10 messages")
+        assert batches() == [10]
     finally:
         waiting.stop()
     # Fewer than the minimum: the batch goes once maxTriggerDelay has passed.
