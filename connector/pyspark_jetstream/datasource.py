@@ -57,13 +57,19 @@ class JetStreamDataSource(DataSource):
         return JetStreamStreamReader(self._source_options(schema, streaming=True))
 
     def writer(self, schema, overwrite: bool):
+        from .options import check_write_has_options
         from .sink.setup import plan_sink
+
         from .sink.writer import JetStreamBatchWriter
 
+        check_write_has_options(self.options)
         return JetStreamBatchWriter(plan_sink(self.options, schema, overwrite=overwrite, streaming=False))
 
     def streamWriter(self, schema, overwrite: bool):
+        from .options import check_write_has_options
         from .sink.setup import plan_sink
+
         from .sink.writer import JetStreamStreamWriter
 
+        check_write_has_options(self.options)
         return JetStreamStreamWriter(plan_sink(self.options, schema, overwrite=overwrite, streaming=True))

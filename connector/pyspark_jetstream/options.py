@@ -23,8 +23,30 @@ from typing import Any, NamedTuple
 from .errors import OptionError
 from .protocol.ttl import ALLOWED_TTL, InvalidTtl, parse_go_duration, resolve_ttl
 
-# Keys Spark itself puts into a query's options; never ours to judge.
-SPARK_OWNED_KEYS = frozenset({"path", "checkpointlocation", "queryname"})
+# Keys Spark itself puts into a query's options; never ours to judge. A catalog table
+# (``CREATE TABLE ... USING jetstream OPTIONS (...)``) adds its reserved table properties
+# (``TableCatalog.PROP_*``) and a copy of every option under ``option.``.
+SPARK_OWNED_KEYS = frozenset({
+    "path", "checkpointlocation", "queryname",
+    "provider", "owner", "location", "comment", "external", "is_managed_location", "collation",
+})
+SPARK_OWNED_PREFIX = "option."
+
+# Spark keeps a catalog table's OPTIONS (CREATE TABLE ... USING jetstream OPTIONS (...)) in the catalog
+# and, in PySpark 4.3, hands a Python data source none of them when the table is read or written.
+CATALOG_TABLE_HINT = (
+    "No option reached the connector at all. A table created with CREATE TABLE ... USING jetstream "
+    "keeps its OPTIONS in the catalog, and Spark does not pass them to a Python data source when the "
+    "table is read or written: give them in the query (SELECT ... FROM t WITH ('servers' = '...', "
+    "'stream' = '...'); INSERT INTO t WITH (...) ...), or use CREATE TEMPORARY VIEW v USING jetstream "
+    "OPTIONS (...)."
+)
+
+
+def _user_keys(raw: Mapping[str, str]) -> list[str]:
+    """The option names the user gave (Spark's own keys left out)."""
+    return [k for k in raw if k.lower() not in SPARK_OWNED_KEYS and not k.lower().startswith(SPARK_OWNED_PREFIX)]
+
 
 _KAFKA_STREAM = "'stream' (the JetStream stream to read; filter its subjects with 'subjects')"
 KAFKA_HINTS = {  # lower-cased Kafka connector option -> what JetStream users set instead
@@ -314,7 +336,7 @@ def parse_table(
     values: dict[str, Any] = {}
     for key, value in raw.items():
         lowered = key.lower()
-        if lowered in SPARK_OWNED_KEYS:
+        if lowered in SPARK_OWNED_KEYS or lowered.startswith(SPARK_OWNED_PREFIX):
             continue
         spec = index.get(lowered)
         if spec is None:
@@ -438,6 +460,13 @@ def _connection_from(values: Mapping[str, Any]) -> ConnectionOptions:
         tls_key_file=values["tlsKeyFile"],
         connect_timeout=values["connectTimeout"],
     )
+
+
+def check_write_has_options(raw: Mapping[str, str]) -> None:
+    """A write with no option at all is a catalog table's INSERT whose OPTIONS Spark kept back (see
+    :data:`CATALOG_TABLE_HINT`), never a write meant for a default server: refuse it, saying why."""
+    if not _user_keys(raw):
+        raise OptionError("servers", None, CATALOG_TABLE_HINT)
 
 
 def parse_sink_options(raw: Mapping[str, str]) -> SinkOptions:
@@ -644,7 +673,8 @@ def parse_source_options(raw: Mapping[str, str], *, streaming: bool | None) -> S
     if values["bucket"] is not None and values["stream"] is not None:
         raise OptionError("bucket", values["bucket"], "Set either 'stream' or 'bucket', not both.")
     if values["bucket"] is None and values["stream"] is None:
-        raise OptionError("stream", None, "Name the stream to read in option 'stream' (or a KV bucket in 'bucket').")
+        raise OptionError("stream", None, "Name the stream to read in option 'stream' (or a KV bucket in 'bucket')."
+                          + ("" if _user_keys(raw) else " " + CATALOG_TABLE_HINT))
     stream = values["stream"] or f"KV_{values['bucket']}"
     if values["startingOffsets"] is not None and values["startingTimestamp"] is not None:
         raise OptionError("startingTimestamp", _raw_value(raw, "startingTimestamp"),

@@ -87,6 +87,23 @@ def test_unknown_option_suggests_the_nearest(key):
 
 def test_spark_owned_keys_are_ignored():
     parse_sink_options({"checkpointLocation": "/tmp/x", "path": "ignored"})
+    # A catalog table's reserved properties and its option.* copies (CREATE TABLE ... USING jetstream).
+    table = {"provider": "jetstream", "owner": "root", "option.stream": "S", "option.servers": "nats://h:4222"}
+    assert parse_source_options({**table, "stream": "S"}, streaming=None).stream == "S"
+    assert parse_sink_options({**table, "stream": "S"}).stream == "S"
+
+
+def test_a_read_or_write_with_no_option_at_all_says_why_a_catalog_table_gets_none():
+    from pyspark_jetstream.options import check_write_has_options
+
+    with pytest.raises(OptionError, match="Spark does not pass them to a Python data source"):
+        parse_source_options({}, streaming=False)
+    with pytest.raises(OptionError, match="Spark does not pass them to a Python data source"):
+        check_write_has_options({"path": "x"})
+    check_write_has_options({"subject": "a.b"})
+    with pytest.raises(OptionError) as info:  # options given: the plain message, no catalog hint
+        parse_source_options({"servers": "nats://h:4222"}, streaming=False)
+    assert "CREATE TABLE" not in str(info.value)
 
 
 @pytest.mark.parametrize(
