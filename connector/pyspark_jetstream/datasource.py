@@ -59,7 +59,6 @@ class JetStreamDataSource(DataSource):
     def writer(self, schema, overwrite: bool):
         from .options import check_write_has_options
         from .sink.setup import plan_sink
-
         from .sink.writer import JetStreamBatchWriter
 
         check_write_has_options(self.options)
@@ -68,7 +67,6 @@ class JetStreamDataSource(DataSource):
     def streamWriter(self, schema, overwrite: bool):
         from .options import check_write_has_options
         from .sink.setup import plan_sink
-
         from .sink.writer import JetStreamStreamWriter
 
         check_write_has_options(self.options)
