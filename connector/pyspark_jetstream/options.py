@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from .errors import OptionError
+from .protocol.kv import BucketSettings
 from .protocol.ttl import ALLOWED_TTL, InvalidTtl, parse_go_duration, resolve_ttl
 
 # Keys Spark itself puts into a query's options; never ours to judge. A catalog table
@@ -172,6 +173,14 @@ def parse_subject_filters(raw: str) -> tuple[str, ...]:
     return parts
 
 
+def _bucket_name(raw: str) -> str:
+    from .protocol.kv import is_valid_bucket
+
+    if not is_valid_bucket(raw.strip()):
+        raise ValueError(raw)
+    return raw.strip()
+
+
 def parse_stream_name(raw: str) -> str:
     if not raw or _STREAM_NAME_BAD.search(raw):
         raise ValueError(raw)
@@ -318,6 +327,30 @@ SINK_OPTIONS: tuple[OptionSpec, ...] = (
                "message of a subject expires.", parse_duration_seconds(1.0)),
 )
 
+KV_SINK_OPTIONS: tuple[OptionSpec, ...] = (
+    OptionSpec("bucket", None, "Expected a KV bucket name (letters, digits, '-' and '_').",
+               "Write to this KV bucket instead of a stream: each row is a key operation (columns `key`, `data`, "
+               "`operation`, `ttl`, `expected_revision`; see [KV buckets](#kv-buckets)).", _bucket_name),
+    OptionSpec("ensureBucket", "validate", "Expected one of 'validate', 'create', 'update'.",
+               "`validate`: the bucket must exist and take what the rows carry (TTLs, purges); `create`: create it "
+               "as nats-py's `create_key_value` would; `update`: also enable per-key TTLs, roll-ups or the limit "
+               "marker TTL on an existing bucket.", parse_choice("validate", "create", "update")),
+    OptionSpec("bucket.history", "1", "Expected an integer from 1 to 64.",
+               "Values kept per key in a created bucket (KV history).", parse_int_range(1, 64)),
+    OptionSpec("bucket.ttl", "0", "Expected a duration such as '24h', or 0 for none.",
+               "Max age of every value in a created bucket (KV TTL); per-key TTLs (`ttl`) can only be shorter.",
+               parse_duration_seconds(0.0)),
+    OptionSpec("bucket.maxValueSize", "-1", "Expected an integer >= -1 (-1 for unlimited).",
+               "Largest value a created bucket accepts, in bytes.", parse_int_range(-1)),
+    OptionSpec("bucket.storage", "file", "Expected 'file' or 'memory'.",
+               "Storage of a created bucket.", parse_choice("file", "memory")),
+    OptionSpec("bucket.replicas", "1", "Expected an integer from 1 to 5.",
+               "Replicas of a created bucket.", parse_int_range(1, 5)),
+    OptionSpec("bucket.limitMarkerTtl", None, "Expected a duration of at least 1s, such as '15m' (ADR-43 minimum).",
+               "Limit marker TTL (SubjectDeleteMarkerTTL) for `create`/`update`: when a key's last value expires the "
+               "server leaves a marker that watchers see as a purge, kept this long.", parse_duration_seconds(1.0)),
+)
+
 
 def _spec_index(specs: Iterable[OptionSpec]) -> dict[str, OptionSpec]:
     return {spec.name.lower(): spec for spec in specs}
@@ -418,6 +451,9 @@ class SinkOptions:
     allow_rollup: bool
     stream_settings: StreamSettings
     api_prefix: str = "$JS.API"  # where JetStream API requests go (options 'domain' / 'apiPrefix')
+    bucket: str | None = None  # a KV bucket instead of a stream (KV_SINK_OPTIONS)
+    ensure_bucket: str = "validate"
+    bucket_settings: BucketSettings | None = None
 
 
 def api_prefix(values: Mapping[str, Any]) -> str:
@@ -470,8 +506,29 @@ def check_write_has_options(raw: Mapping[str, str]) -> None:
 
 
 def parse_sink_options(raw: Mapping[str, str]) -> SinkOptions:
-    values = parse_table(raw, CONNECTION_OPTIONS + SINK_OPTIONS, direction="writing", other_direction=SOURCE_OPTIONS)
+    values = parse_table(raw, CONNECTION_OPTIONS + SINK_OPTIONS + KV_SINK_OPTIONS, direction="writing",
+                         other_direction=SOURCE_OPTIONS)
     connection = _connection_from(values)
+    given = {k.lower(): k for k in _user_keys(raw)}
+    bucket_settings = None
+    if values["bucket"] is not None:
+        for name in ("stream", "subject", "ensureStream"):
+            if name.lower() in given:
+                raise OptionError(given[name.lower()], _raw_value(raw, name),
+                                  "A write goes to a KV bucket ('bucket') or to a stream, not both: with 'bucket' "
+                                  "the subject is $KV.<bucket>.<key> and 'ensureBucket' sets the bucket up.")
+        stream_only = [given[k] for k in given if k.startswith("stream.")]
+        if stream_only:
+            raise OptionError(stream_only[0], _raw_value(raw, stream_only[0]),
+                              "With 'bucket', set the bucket up with the 'bucket.*' options (e.g. 'bucket.history').")
+        bucket_settings = BucketSettings(
+            history=values["bucket.history"], ttl=values["bucket.ttl"], max_value_size=values["bucket.maxValueSize"],
+            storage=values["bucket.storage"], replicas=values["bucket.replicas"],
+            limit_marker_ttl=values["bucket.limitMarkerTtl"])
+    else:
+        kv_only = [given[k] for k in given if k == "ensurebucket" or k.startswith("bucket.")]
+        if kv_only:
+            raise OptionError(kv_only[0], _raw_value(raw, kv_only[0]), "It applies to KV writes: set 'bucket' too.")
     ensure = values["ensureStream"]
     if ensure in ("create", "update") and values["stream"] is None:
         raise OptionError("stream", None, f"ensureStream={ensure!r} needs the target stream's name in option 'stream'.")
@@ -508,6 +565,9 @@ def parse_sink_options(raw: Mapping[str, str]) -> SinkOptions:
         allow_rollup=values["allowRollup"],
         stream_settings=settings,
         api_prefix=api_prefix(values),
+        bucket=values["bucket"],
+        ensure_bucket=values["ensureBucket"],
+        bucket_settings=bucket_settings,
     )
 
 
@@ -667,7 +727,8 @@ def parse_source_options(raw: Mapping[str, str], *, streaming: bool | None) -> S
     batch or a streaming one (``load()``): the checks of one kind only are then left for later."""
     from .protocol.pull_engine import ConsumeConfig, InvalidConsumeConfig
 
-    values = parse_table(raw, CONNECTION_OPTIONS + SOURCE_OPTIONS, direction="reading", other_direction=SINK_OPTIONS)
+    values = parse_table(raw, CONNECTION_OPTIONS + SOURCE_OPTIONS, direction="reading",
+                         other_direction=SINK_OPTIONS + tuple(s for s in KV_SINK_OPTIONS if s.name != "bucket"))
     given = {k.lower() for k in raw}
     connection = _connection_from(values)
     if values["bucket"] is not None and values["stream"] is not None:

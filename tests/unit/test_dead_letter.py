@@ -37,6 +37,16 @@ def test_a_row_that_fits_is_dead_lettered_whole():
     assert DLQ_TRUNCATED not in headers and DLQ_ORIGINAL_SIZE not in headers
 
 
+def test_a_dead_letter_carries_no_header_that_steers_the_server():
+    """A KV compare-and-set or purge row refused by the server: its expected sequence would get the dead
+    letter refused too, its roll-up would purge other dead letters."""
+    own = [("KV-Operation", "PURGE"), ("Nats-Rollup", "sub"), ("Nats-Expected-Last-Subject-Sequence", "4"),
+           ("Nats-TTL", "1h"), ("Nats-Expected-Stream", "KV_B"), ("X-User", "u")]
+    _, headers, _ = _frame(b"", 1024 * 1024, own=own)
+    assert headers["KV-Operation"] == ["PURGE"] and headers["X-User"] == ["u"]
+    assert [k for k in headers if k.lower().startswith("nats-")] == ["Nats-Msg-Id"]  # the dead letter's own id
+
+
 def test_a_row_over_max_payload_is_cut_and_says_so():
     max_payload = 1024 * 1024
     payload = bytes(range(256)) * (max_payload // 256) + b"tail"

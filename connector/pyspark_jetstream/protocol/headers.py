@@ -32,6 +32,10 @@ TTL = "Nats-TTL"
 KV_OPERATION = "KV-Operation"
 """ADR-8: ``DEL`` or ``PURGE`` on a KV bucket's delete and purge messages (absent on a put)."""
 
+EXPECTED_LAST_SUBJECT_SEQUENCE = "Nats-Expected-Last-Subject-Sequence"
+"""Compare-and-set: the server stores the message only when the subject's last sequence is this
+(0: only when the subject has no message), else refuses it (err_code 10071). KV ``create``/``update``."""
+
 PENDING_MESSAGES = "Nats-Pending-Messages"
 PENDING_BYTES = "Nats-Pending-Bytes"
 """ADR-37: on a pull request's terminal status, what the request still had outstanding."""

@@ -36,12 +36,16 @@ from typing import Any, NamedTuple
 from ..errors import SchemaError
 from ..options import is_publish_subject
 from ..protocol import headers as hdrs
+from ..protocol import kv
 from ..protocol.frames import hpub_frame
 from ..protocol.headers import MSG_ID, TTL
 from ..protocol.ttl import InvalidTtl, remaining_ttl_seconds, resolve_ttl
 
 INPUT_COLUMNS = ("subject", "data", "headers", "ttl", "expires_at", "msg_id")
 """Columns the sink publishes from (names matched case-insensitively)."""
+
+KV_INPUT_COLUMNS = ("key", "data", "operation", "headers", "ttl", "expires_at", "msg_id", "expected_revision")
+"""Columns a KV write (option ``bucket``) takes: the subject is ``$KV.<bucket>.<key>``."""
 
 KAFKA_COLUMNS = {  # Spark's Kafka sink columns -> this sink's
     "value": "'data'",
@@ -51,6 +55,9 @@ KAFKA_COLUMNS = {  # Spark's Kafka sink columns -> this sink's
 SOURCE_ONLY_COLUMNS = ("stream", "seq", "timestamp", "marker_reason", "key", "operation")
 """Columns the source produces (``key``/``operation`` for a KV bucket) and the sink does not publish,
 so a read DataFrame can be written back; ``stream``/``seq``/``marker_reason`` steer it (module docstring)."""
+
+KV_IGNORED_COLUMNS = ("subject", "stream", "seq", "timestamp", "marker_reason")
+"""A bucket read's columns a KV write does not take from (its ``subject`` is the source bucket's)."""
 
 _MAX_SHOWN = 120
 
@@ -70,6 +77,9 @@ class InputLayout:
     source_stream: str | None = None  # the source's ``stream`` and ``seq`` columns, when both are there
     source_seq: str | None = None
     marker_reason: str | None = None  # the source's ``marker_reason`` column (rows set there are skipped)
+    key: str | None = None  # KV writes: the key, the operation and the compare-and-set revision
+    operation: str | None = None
+    expected_revision: str | None = None
 
     @property
     def as_read(self) -> bool:
@@ -81,8 +91,8 @@ class InputLayout:
         return self.ttl is not None
 
 
-def layout_from_schema(schema: Any, *, has_default_subject: bool) -> InputLayout:
-    """Check a Spark ``StructType`` against the sink's input contract."""
+def layout_from_schema(schema: Any, *, has_default_subject: bool, bucket: bool = False) -> InputLayout:
+    """Check a Spark ``StructType`` against the sink's input contract (a KV write's with ``bucket``)."""
     from pyspark.sql.types import (
         ArrayType,
         BinaryType,
@@ -101,13 +111,15 @@ def layout_from_schema(schema: Any, *, has_default_subject: bool) -> InputLayout
         if lowered in by_name:
             raise SchemaError(f"Columns '{by_name[lowered].name}' and '{fld.name}' differ only in case; keep one.")
         by_name[lowered] = fld
-    unknown = [f.name for f in schema.fields if f.name.lower() not in INPUT_COLUMNS + SOURCE_ONLY_COLUMNS]
+    accepted, ignored = (KV_INPUT_COLUMNS, KV_IGNORED_COLUMNS) if bucket else (INPUT_COLUMNS, SOURCE_ONLY_COLUMNS)
+    unknown = [f.name for f in schema.fields if f.name.lower() not in accepted + ignored]
     if unknown:
         kafka = [f"'{u}' -> {KAFKA_COLUMNS[u.lower()]}" for u in unknown if u.lower() in KAFKA_COLUMNS]
         hint = f" Kafka's sink columns have JetStream names: {'; '.join(kafka)}." if kafka else ""
+        target = "a KV bucket ('bucket')" if bucket else "the JetStream sink"
         raise SchemaError(
-            f"Unknown column(s) {', '.join(repr(u) for u in unknown)} for the JetStream sink.{hint} Accepted "
-            f"columns: {', '.join(INPUT_COLUMNS)} (and, ignored, {', '.join(SOURCE_ONLY_COLUMNS)}). Select or rename "
+            f"Unknown column(s) {', '.join(repr(u) for u in unknown)} for {target}.{hint} Accepted "
+            f"columns: {', '.join(accepted)} (and, ignored, {', '.join(ignored)}). Select or rename "
             "columns before writing."
         )
 
@@ -120,11 +132,23 @@ def layout_from_schema(schema: Any, *, has_default_subject: bool) -> InputLayout
     if not isinstance(data.dataType, (BinaryType, StringType)):
         raise bad_type("data", "binary or string")
 
-    subject = by_name.get("subject")
-    if subject is not None and not isinstance(subject.dataType, StringType):
-        raise bad_type("subject", "string")
-    if subject is None and not has_default_subject:
-        raise SchemaError("Rows need a subject: add a 'subject' column (string) or set the option 'subject'.")
+    kv: dict[str, str | None] = {"key": None, "operation": None, "expected_revision": None}
+    if bucket:
+        subject = None  # $KV.<bucket>.<key>; a bucket read's own subject column is ignored
+        if "key" not in by_name:
+            raise SchemaError("A KV write (option 'bucket') needs a 'key' column (string).")
+        for name, types, want in (("key", (StringType,), "string"), ("operation", (StringType,), "string"),
+                                  ("expected_revision", (LongType, IntegerType, ShortType), "long")):
+            if name in by_name:
+                if not isinstance(by_name[name].dataType, types):
+                    raise bad_type(name, want)
+                kv[name] = by_name[name].name
+    else:
+        subject = by_name.get("subject")
+        if subject is not None and not isinstance(subject.dataType, StringType):
+            raise bad_type("subject", "string")
+        if subject is None and not has_default_subject:
+            raise SchemaError("Rows need a subject: add a 'subject' column (string) or set the option 'subject'.")
 
     headers = by_name.get("headers")
     multi = False
@@ -164,6 +188,7 @@ def layout_from_schema(schema: Any, *, has_default_subject: bool) -> InputLayout
         source_stream=source_stream.name if has_position else None,
         source_seq=source_seq.name if has_position else None,
         marker_reason=by_name["marker_reason"].name if "marker_reason" in by_name else None,
+        **kv,
     )
 
 
@@ -175,6 +200,7 @@ class EncoderConfig:
     expected_stream: str | None
     allow_rollup: bool
     max_payload: int
+    bucket: str | None = None  # a KV write: subjects are $KV.<bucket>.<key>, rows are key operations
 
 
 class MsgIds:
@@ -324,10 +350,11 @@ class BatchEncoder:
         live = self._without_markers(rows, out)
         generated = self._generated_ids(rows, live, first_position)
         live = self._subjects(rows, live, first_position, generated, out)
+        ops, live = self._operations(rows, live, first_position, generated, out)
         pairs, header_ttls, header_ids, live = self._headers(rows, live, first_position, generated, out)
-        ttl_headers, live = self._ttls(rows, live, first_position, generated, header_ttls, now, out)
+        ttl_headers, live = self._ttls(rows, live, first_position, generated, header_ttls, now, out, ops)
         msg_ids, live = self._msg_ids(rows, live, first_position, generated, header_ids, out)
-        self._frames(rows, live, first_position, reply_prefix, pairs, ttl_headers, msg_ids, out)
+        self._frames(rows, live, first_position, reply_prefix, pairs, ttl_headers, msg_ids, out, ops)
         if len(out.rejected) > 1:
             out.rejected.sort(key=lambda r: r.position)
         return out
@@ -362,7 +389,10 @@ class BatchEncoder:
 
     def _subjects(self, rows: _Columns, live: list[int], first: int, generated: list[str | None],
                   out: EncodedBatch) -> list[int]:
-        """Each row's subject (its own, else option ``subject``), a valid publish subject."""
+        """Each row's subject (its own, else option ``subject``), a valid publish subject; for a KV
+        write, ``$KV.<bucket>.<key>`` of a valid key."""
+        if self.config.bucket is not None:
+            return self._kv_subjects(rows, live, first, generated, out)
         subjects, default = rows.subjects, self.config.default_subject
         kept = []
         for i in live:
@@ -379,6 +409,50 @@ class BatchEncoder:
                 subjects[i] = subject
                 kept.append(i)
         return kept
+
+    def _kv_subjects(self, rows: _Columns, live: list[int], first: int, generated: list[str | None],
+                     out: EncodedBatch) -> list[int]:
+        keys, subjects = rows.column(self.layout.key), rows.subjects
+        prefix = kv.subject_prefix(self.config.bucket)
+        kept = []
+        for i in live:
+            key = keys[i]
+            if key is None or not kv.is_valid_key(key):
+                out.rejected.append(RowRejection(
+                    first + i, None if key is None else f"{prefix}{key}",
+                    "not a valid KV key (letters, digits and '-/_=.', not starting or ending with '.')"
+                    if key is not None else "the row has no key", "key", shown(key), payload=rows.payload(i),
+                    msg_id=generated[i]))
+                continue
+            subjects[i] = f"{prefix}{key}"
+            kept.append(i)
+        return kept
+
+    def _operations(self, rows: _Columns, live: list[int], first: int, generated: list[str | None],
+                    out: EncodedBatch) -> tuple[list[Any] | None, list[int]]:
+        """A KV write's operation per row (``PUT`` when null) and its compare-and-set revision, as the
+        header lines they add (``kv.OPERATION_HEADERS``); None for a stream write."""
+        if self.config.bucket is None:
+            return None, live
+        given, revisions = rows.column(self.layout.operation), rows.column(self.layout.expected_revision)
+        ops: list[Any] = [None] * rows.n
+        kept = []
+        for i in live:
+            op = kv.parse_operation(given[i])
+            if op is None:
+                out.rejected.append(RowRejection(
+                    first + i, rows.subjects[i], "unknown KV operation; expected PUT (or null), DEL or PURGE",
+                    "operation", shown(given[i]), payload=rows.payload(i), msg_id=generated[i]))
+                continue
+            revision = revisions[i]
+            if revision is not None and revision < 0:
+                out.rejected.append(RowRejection(
+                    first + i, rows.subjects[i], "expected_revision must be >= 0 (0: only if the key does not exist)",
+                    "expected_revision", revision, payload=rows.payload(i), msg_id=generated[i]))
+                continue
+            ops[i] = (op, None if revision is None else f"{hdrs.EXPECTED_LAST_SUBJECT_SEQUENCE}: {revision}\r\n")
+            kept.append(i)
+        return ops, kept
 
     def _headers(self, rows: _Columns, live: list[int], first: int, generated: list[str | None],
                  out: EncodedBatch) -> tuple[dict[int, list[tuple[str, str]]], dict[int, Any], dict[int, Any], list[int]]:
@@ -411,10 +485,17 @@ class BatchEncoder:
         return pairs, header_ttls, header_ids, kept
 
     def _ttls(self, rows: _Columns, live: list[int], first: int, generated: list[str | None],
-              header_ttls: dict[int, Any], now: dt.datetime | None, out: EncodedBatch) -> tuple[list[Any], list[int]]:
-        """Each row's ``Nats-TTL`` value by precedence (module docstring); expired rows counted, not sent."""
+              header_ttls: dict[int, Any], now: dt.datetime | None, out: EncodedBatch,
+              ops: list[Any] | None = None) -> tuple[list[Any], list[int]]:
+        """Each row's ``Nats-TTL`` value by precedence (module docstring); expired rows counted, not sent.
+        KV writes: ``defaultTtl`` is for PUT rows; a PURGE tombstone expires only by its own TTL; a DEL
+        row takes none (a TTL given on one is refused: use PURGE, as nats-py says)."""
         cfg = self.config
         ttl_headers: list[Any] = [cfg.default_ttl] * rows.n
+        if ops is not None and cfg.default_ttl is not None:
+            for i in live:
+                if ops[i][0] != kv.PUT:
+                    ttl_headers[i] = None
         ttls = rows.column(self.layout.ttl)
         expires = rows.column(self.layout.expires_at) if cfg.preserve_expiry else None
         if expires is not None and now is None:
@@ -423,6 +504,20 @@ class BatchEncoder:
             return ttl_headers, live  # every row takes the default
         kept = []
         for i in live:
+            if ops is not None and ops[i][0] == kv.DEL:
+                own = ttls[i] if ttls[i] is not None else header_ttls.get(i)
+                try:
+                    resolved = None if own is None else resolve_ttl(own)
+                except InvalidTtl:
+                    resolved = own
+                if resolved is not None:
+                    out.rejected.append(RowRejection(
+                        first + i, rows.subjects[i], "a DEL row cannot carry a TTL (nats-py ignores one); to make a "
+                        "key's tombstone expire, write operation PURGE with that ttl", "ttl", shown(own),
+                        payload=rows.payload(i), msg_id=generated[i]))
+                    continue
+                kept.append(i)
+                continue
             expiry = expires[i] if expires is not None else None
             if expiry is not None:
                 if expiry.tzinfo is None:
@@ -471,14 +566,22 @@ class BatchEncoder:
 
     def _frames(self, rows: _Columns, live: list[int], first: int, reply_prefix: str,
                 pairs: dict[int, list[tuple[str, str]]], ttl_headers: list[Any], msg_ids: list[str | None],
-                out: EncodedBatch) -> None:
-        """The header block and the ``HPUB`` frame of each row left, within the server's max_payload."""
+                out: EncodedBatch, ops: list[Any] | None = None) -> None:
+        """The header block and the ``HPUB`` frame of each row left, within the server's max_payload.
+        A KV DEL or PURGE is an empty message with its operation's headers, as nats-py sends it."""
         tail, max_payload = self._tail, self.config.max_payload
         subjects, frames = rows.subjects, out.frames
         for i in live:
             payload = rows.payload(i)
             msg_id, ttl = msg_ids[i], ttl_headers[i]
             head = "NATS/1.0\r\n"
+            if ops is not None:
+                op, expected = ops[i]
+                if op != kv.PUT:
+                    payload = b""
+                    head += kv.OPERATION_HEADERS[op]
+                if expected is not None:
+                    head += expected
             if msg_id:
                 head += f"{MSG_ID}: {msg_id}\r\n"
             if ttl is not None:
@@ -510,6 +613,10 @@ class BatchEncoder:
             if as_read and lowered is not None and lowered.startswith(hdrs.RESERVED_PREFIX) and not (
                     allow_rollup and lowered == hdrs.ROLLUP.lower()):
                 continue  # owned by the server or the original publisher (module docstring)
+            if self.config.bucket is not None and lowered == _KV_OPERATION:
+                if as_read:
+                    continue  # the 'operation' column carries it
+                raise hdrs.InvalidHeader(f"header {name!r} is set by the 'operation' column (PUT, DEL or PURGE)")
             if lowered == "nats-ttl":
                 if ttl is not None:
                     raise hdrs.InvalidHeader("the headers carry Nats-TTL twice (in different cases)")
@@ -526,6 +633,9 @@ class BatchEncoder:
                     continue
                 pairs.append((name, hdrs.check_header_value(name, v)))
         return ttl, msg_id
+
+
+_KV_OPERATION = hdrs.KV_OPERATION.lower()
 
 
 def _single(name: str, values: list[Any]) -> Any:

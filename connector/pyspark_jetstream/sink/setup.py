@@ -27,14 +27,16 @@ def plan_sink(raw_options: Mapping[str, str], schema: Any, *, overwrite: bool, s
             "The JetStream sink only appends: a stream cannot be overwritten by a write. Use mode('append')."
         )
     opts = parse_sink_options(raw_options)
-    layout = layout_from_schema(schema, has_default_subject=opts.subject is not None)
+    layout = layout_from_schema(schema, has_default_subject=opts.subject is not None, bucket=opts.bucket is not None)
     if opts.preserve_expiry and layout.expires_at is None:
         raise OptionError("preserveExpiry", "true", "It needs an 'expires_at' timestamp column; add one or set it to false.")
     needs_ttl = layout.can_carry_ttl or opts.default_ttl is not None or opts.preserve_expiry
 
     async def check() -> int:
         nc = await runtime.connection(opts.connection)
-        if opts.stream is not None:
+        if opts.bucket is not None:
+            await stream_admin.ensure_bucket(nc, opts, needs_ttl, may_purge=layout.operation is not None)
+        elif opts.stream is not None:
             await stream_admin.ensure_stream(nc, opts, needs_ttl)
         elif opts.subject is not None and needs_ttl:
             await stream_admin.check_capturing_stream(nc, opts.subject, opts.api_prefix)
@@ -50,6 +52,7 @@ def plan_sink(raw_options: Mapping[str, str], schema: Any, *, overwrite: bool, s
         expected_stream=opts.stream,
         allow_rollup=opts.allow_rollup,
         max_payload=max_payload,
+        bucket=opts.bucket,
     )
     run_id = None if streaming else f"w{uuid.uuid4().hex}"
     return SinkPlan(options=opts, layout=layout, encoder=encoder, run_id=run_id)

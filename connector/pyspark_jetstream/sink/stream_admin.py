@@ -8,6 +8,7 @@ from ..client import jsapi
 from ..errors import JetStreamApiError, StreamConfigError
 from ..logs import get_logger
 from ..options import SinkOptions
+from ..protocol import kv
 from ..protocol.stream_rules import StreamPlan, plan_stream
 
 log = get_logger("stream_admin")
@@ -29,6 +30,32 @@ async def ensure_stream(nc, opts: SinkOptions, needs_ttl: bool) -> StreamPlan:
         ) from None
     if plan.action != "none":
         log.info("Stream %s: %s", opts.stream, "; ".join(plan.changes))
+    return plan
+
+
+async def ensure_bucket(nc, opts: SinkOptions, needs_ttl: bool, *, may_purge: bool) -> StreamPlan:
+    """Check (and per ``ensureBucket`` create or update) the target KV bucket's stream; warn when its
+    duplicate window is short (exactly-once holds only for a replay inside it)."""
+    name = kv.stream_name(opts.bucket)
+    info = await jsapi.stream_info(nc, name, opts.api_prefix)
+    plan = kv.plan_bucket(info["config"] if info else None, opts.bucket, opts.bucket_settings, opts.ensure_bucket,
+                          needs_ttl=needs_ttl, may_purge=may_purge)
+    try:
+        if plan.action == "create":
+            await jsapi.create_stream(nc, plan.config, opts.api_prefix)
+        elif plan.action == "update":
+            await jsapi.update_stream(nc, plan.config, opts.api_prefix)
+    except JetStreamApiError as exc:
+        raise StreamConfigError(
+            f"Could not {plan.action} KV bucket '{opts.bucket}': {exc.description} (err_code {exc.err_code}). "
+            "Check the 'bucket.*' options."
+        ) from None
+    if plan.action != "none":
+        log.info("KV bucket %s: %s", opts.bucket, "; ".join(plan.changes))
+    window = kv.short_duplicate_window(plan.config if plan.config else info["config"])
+    if window is not None and opts.idempotent:
+        log.warning("KV bucket %s de-duplicates message ids for %gs only (its duplicate window): a replay of a "
+                    "micro-batch later than that after its first attempt writes its rows again.", opts.bucket, window)
     return plan
 
 

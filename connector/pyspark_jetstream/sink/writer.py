@@ -51,7 +51,6 @@ was cut and how long it was."""
 _DLQ_VALUE_MAX = 1024
 """Longest value of a dead-letter header the connector writes (a subject can be long)."""
 
-_DLQ_DROPPED = {hdrs.TTL.lower(), hdrs.MSG_ID.lower(), hdrs.EXPECTED_STREAM.lower()}
 
 
 @dataclass(frozen=True)
@@ -79,7 +78,8 @@ def _escape(value: Any) -> str:
 
 def dead_letter_frame(rejection: RowRejection, dlq_subject: str, reply: str, partition: int,
                       idempotent: bool, max_payload: int, original_headers: bytes = b"") -> bytes:
-    """A dead-letter message: the row's data, its valid headers, and headers naming the error.
+    """A dead-letter message: the row's data, its valid headers (none of NATS's ``Nats-*``), and headers
+    naming the error.
 
     Its ``Nats-Msg-Id`` is the row's own id with ``:dlq`` appended, so a replay
     dead-letters a row once. It never exceeds ``max_payload`` (a larger frame makes
@@ -91,7 +91,9 @@ def dead_letter_frame(rejection: RowRejection, dlq_subject: str, reply: str, par
     if original_headers:
         parsed = hdrs.parse_headers(original_headers)
         for name, values in parsed.items():
-            if name.lower() not in _DLQ_DROPPED:
+            # Every Nats-* header steers the server (TTL, id, expected stream or last subject sequence,
+            # roll-up): on the dead-letter subject it would be refused or purge other dead letters.
+            if not name.lower().startswith(hdrs.RESERVED_PREFIX):
                 own.extend((name, v) for v in values)
     ours: list[tuple[str, str]] = []
     if idempotent and rejection.msg_id is not None:

@@ -1,0 +1,176 @@
+"""KV buckets as JetStream streams (ADR-8, with ADR-43's per-key TTLs), free of I/O.
+
+A bucket ``B`` is the stream ``KV_B`` capturing ``$KV.B.>``; key ``k`` is the subject
+``$KV.B.k``. What the sink sends per operation is what nats-py's ``KeyValue`` sends:
+
+* ``PUT``: the value, no operation header (``put``; ``create``/``update`` add
+  ``Nats-Expected-Last-Subject-Sequence``);
+* ``DEL``: an empty message with ``KV-Operation: DEL`` (``delete``; a TTL on it is
+  refused: nats-py ignores one, so a user asking for it is told to purge instead);
+* ``PURGE``: an empty message with ``KV-Operation: PURGE`` and ``Nats-Rollup: sub``,
+  which removes the key's history; a TTL makes that tombstone expire (``purge(msg_ttl=)``).
+
+:func:`plan_bucket` decides what ``ensureBucket`` does with the bucket's stream, as
+:func:`pyspark_jetstream.protocol.stream_rules.plan_stream` does for streams.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import StreamConfigError
+from .headers import KV_OPERATION, ROLLUP
+from .stream_rules import StreamPlan, check_ttl_transition
+
+PUT, DEL, PURGE = "PUT", "DEL", "PURGE"
+OPERATIONS = (PUT, DEL, PURGE)
+
+MAX_HISTORY = 64
+"""nats-py and the NATS CLI refuse a longer per-key history."""
+
+DEFAULT_DUPLICATE_WINDOW_S = 120.0
+"""nats-py's ``create_key_value``: 2 minutes, or the bucket's TTL when that is shorter."""
+
+_KEY_RE = re.compile(r"[-/_=.a-zA-Z0-9]+")
+_BUCKET_RE = re.compile(r"[a-zA-Z0-9_-]+")
+_NS = 1_000_000_000
+
+OPERATION_HEADERS = {
+    PUT: "",
+    DEL: f"{KV_OPERATION}: DEL\r\n",
+    PURGE: f"{KV_OPERATION}: PURGE\r\n{ROLLUP}: sub\r\n",
+}
+"""The header lines each operation adds to the block (nats-py's ``KeyValue``)."""
+
+
+def is_valid_key(key: str) -> bool:
+    """nats-py's key rule: letters, digits and ``-/_=.``, not starting or ending with ``.``."""
+    return bool(key) and key[0] != "." and key[-1] != "." and _KEY_RE.fullmatch(key) is not None
+
+
+def is_valid_bucket(name: str) -> bool:
+    return _BUCKET_RE.fullmatch(name) is not None
+
+
+def stream_name(bucket: str) -> str:
+    return f"KV_{bucket}"
+
+
+def subject_prefix(bucket: str) -> str:
+    return f"$KV.{bucket}."
+
+
+def parse_operation(value: Any) -> str | None:
+    """A row's ``operation``: null means ``PUT``; the three names in any case; anything else None."""
+    if value is None:
+        return PUT
+    if isinstance(value, str):
+        upper = value.strip().upper()
+        if upper in OPERATIONS:
+            return upper
+    return None
+
+
+@dataclass(frozen=True)
+class BucketSettings:
+    """A bucket the sink creates or updates (``bucket.*`` options), as a KV user names them."""
+
+    history: int = 1
+    ttl: float = 0.0  # the bucket's max age in seconds; 0 = none
+    max_value_size: int = -1
+    storage: str = "file"
+    replicas: int = 1
+    limit_marker_ttl: float | None = None  # SubjectDeleteMarkerTTL (ADR-43), at least 1s
+
+
+def new_bucket_config(bucket: str, s: BucketSettings) -> dict[str, Any]:
+    """The stream nats-py's ``create_key_value`` creates for these settings (AllowMsgTTL on)."""
+    window = DEFAULT_DUPLICATE_WINDOW_S
+    if s.ttl and s.ttl < window:
+        window = s.ttl
+    config: dict[str, Any] = {
+        "name": stream_name(bucket),
+        "subjects": [f"{subject_prefix(bucket)}>"],
+        "retention": "limits",
+        "storage": s.storage,
+        "num_replicas": s.replicas,
+        "max_age": int(round(s.ttl * _NS)),
+        "max_bytes": -1,
+        "max_msgs": -1,
+        "max_consumers": -1,
+        "max_msg_size": s.max_value_size,
+        "max_msgs_per_subject": s.history,
+        "duplicate_window": int(round(window * _NS)),
+        "discard": "new",
+        "allow_direct": True,
+        "allow_rollup_hdrs": True,
+        "deny_delete": True,
+        "allow_msg_ttl": True,
+    }
+    if s.limit_marker_ttl is not None:
+        config["subject_delete_marker_ttl"] = int(round(s.limit_marker_ttl * _NS))
+    return config
+
+
+def plan_bucket(current: dict[str, Any] | None, bucket: str, settings: BucketSettings, mode: str, *,
+                needs_ttl: bool, may_purge: bool) -> StreamPlan:
+    """Decide, without I/O, how ``ensureBucket`` brings the bucket in line, or refuse before a row is sent.
+
+    ``current`` is the ``config`` of the bucket stream's STREAM.INFO (None when missing);
+    ``needs_ttl``: rows can carry a TTL; ``may_purge``: rows can be PURGE operations.
+    """
+    name = stream_name(bucket)
+    if current is None:
+        if mode == "validate":
+            raise StreamConfigError(
+                f"KV bucket '{bucket}' does not exist (no stream {name}). Create it (e.g. `nats kv add {bucket}`) "
+                "or set the option ensureBucket to 'create'."
+            )
+        return StreamPlan("create", new_bucket_config(bucket, settings), ("created",))
+    if current.get("mirror"):
+        raise StreamConfigError(
+            f"KV bucket '{bucket}' is a mirror of '{current['mirror'].get('name')}': it does not accept writes. "
+            "Write to the origin bucket instead."
+        )
+    config = dict(current)
+    changes: list[str] = []
+
+    def need(setting: str, fix: str, change: str, **values: Any) -> None:
+        if mode != "update":
+            raise StreamConfigError(
+                f"KV bucket '{bucket}' has {setting}, but {fix} Set ensureBucket='update' to change it, or "
+                f"`nats stream edit {name}`."
+            )
+        config.update(values)
+        changes.append(change)
+
+    if needs_ttl and not current.get("allow_msg_ttl"):
+        need("AllowMsgTTL false", "rows can carry a per-key TTL (a 'ttl' column, 'defaultTtl' or 'preserveExpiry').",
+             "AllowMsgTTL enabled", allow_msg_ttl=True)
+    if may_purge and not current.get("allow_rollup_hdrs"):
+        need("AllowRollup false", "PURGE rows roll the key's history up (Nats-Rollup: sub).",
+             "AllowRollup enabled", allow_rollup_hdrs=True)
+    marker = settings.limit_marker_ttl
+    if marker is not None and current.get("subject_delete_marker_ttl", 0) != int(round(marker * _NS)):
+        if current.get("deny_purge"):
+            raise StreamConfigError(
+                f"KV bucket '{bucket}' has DenyPurge=true, which an update cannot turn off, and limit markers need "
+                "DenyPurge=false (ADR-43). Recreate the bucket, or drop the option 'bucket.limitMarkerTtl'."
+            )
+        need(f"a limit marker TTL of {current.get('subject_delete_marker_ttl', 0) / _NS:g}s",
+             f"the option 'bucket.limitMarkerTtl' asks for {marker:g}s.",
+             f"limit marker TTL set to {marker:g}s", subject_delete_marker_ttl=int(round(marker * _NS)),
+             allow_rollup_hdrs=True, deny_purge=False, allow_msg_ttl=True)
+    check_ttl_transition(current, config)
+    if not changes:
+        return StreamPlan("none")
+    return StreamPlan("update", config, tuple(changes))
+
+
+def short_duplicate_window(config: dict[str, Any]) -> float | None:
+    """The bucket's duplicate window in seconds when it is under 2 minutes (exactly-once only holds
+    for a replay inside it), else None."""
+    window = (config.get("duplicate_window") or 0) / _NS
+    return window if window < DEFAULT_DUPLICATE_WINDOW_S else None

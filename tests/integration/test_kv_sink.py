@@ -1,0 +1,178 @@
+"""KV writes (option ``bucket``) against a real nats-server, checked through nats-py's own ``KeyValue``
+(``get``, ``history``, ``keys``, ``watch``): what the connector writes reads as a KV client's writes."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import nats.js.errors
+import pytest
+from pyspark.errors import PySparkException
+
+from ..helpers import jetstream_writer, wait_until
+
+SCHEMA = "key string, data string, operation string, ttl string"
+
+
+def kv_write(spark, server, bucket, rows, schema=SCHEMA, **options):
+    df = spark.createDataFrame(rows, schema).coalesce(1)  # one task: rows published in order
+    jetstream_writer(df, server.url, bucket=bucket, **options).save()
+
+
+def kv_of(client, bucket):
+    return client.run(client.js.key_value(bucket))
+
+
+def history(client, kv, key):
+    try:
+        return [(e.operation or "PUT", e.value) for e in client.run(kv.history(key))]
+    except nats.js.errors.NoKeysError:
+        return []
+
+
+def latest(client, kv, key):
+    """What ``kv.get`` says: the value, or the operation that removed the key, or 'missing'."""
+    try:
+        return client.run(kv.get(key)).value
+    except nats.js.errors.KeyNotFoundError as exc:
+        return exc.op or "missing"
+
+
+def read_bucket(spark, server, bucket):
+    df = spark.read.format("jetstream").option("servers", server.url).option("bucket", bucket).load()
+    return [(r.key, r.operation, r.data, r.marker_reason) for r in df.orderBy("seq").collect()]
+
+
+def test_puts_deletes_and_purges_read_the_same_through_nats_py_kv(spark, nats_server, nats_client, stream_name):
+    bucket = stream_name
+    kv_write(spark, nats_server, bucket, [
+        ("a", "1", None, None), ("b", "2", None, None), ("a", "3", "PUT", None), ("b", None, "DEL", None),
+        ("c", "4", None, None), ("c", "5", None, None), ("c", None, "PURGE", None), ("d/e=f", "6", None, None),
+    ], ensureBucket="create", **{"bucket.history": "5"})
+    kv = kv_of(nats_client, bucket)
+    assert {k: latest(nats_client, kv, k) for k in ("a", "b", "c", "d/e=f")} == {
+        "a": b"3", "b": "DEL", "c": "PURGE", "d/e=f": b"6"}
+    assert sorted(nats_client.run(kv.keys())) == ["a", "d/e=f"]
+    assert history(nats_client, kv, "a") == [("PUT", b"1"), ("PUT", b"3")]
+    assert history(nats_client, kv, "b") == [("PUT", b"2"), ("DEL", b"")]
+    assert history(nats_client, kv, "c") == [("PURGE", b"")]  # the purge rolled the key's history up
+
+    async def watched():
+        watcher = await kv.watchall()
+        seen = []
+        async for entry in watcher:
+            if entry is None:  # the current values delivered
+                break
+            seen.append((entry.key, entry.operation or "PUT", entry.value))
+        await watcher.stop()
+        return seen
+
+    assert sorted(nats_client.run(watched())) == [("a", "PUT", b"3"), ("b", "DEL", b""), ("c", "PURGE", b""),
+                                                  ("d/e=f", "PUT", b"6")]
+    # The created bucket is the one nats-py's create_key_value makes.
+    config = nats_client.stream_config(f"KV_{bucket}")
+    assert (config["subjects"], config["max_msgs_per_subject"], config["discard"], config["allow_rollup_hdrs"],
+            config["deny_delete"], config["allow_direct"], config["allow_msg_ttl"]) == (
+        [f"$KV.{bucket}.>"], 5, "new", True, True, True, True)
+    # The connector's own change-log read agrees with nats-py's history.
+    assert read_bucket(spark, nats_server, bucket) == [
+        ("a", "PUT", b"1", None), ("b", "PUT", b"2", None), ("a", "PUT", b"3", None), ("b", "DEL", b"", None),
+        ("c", "PURGE", b"", None), ("d/e=f", "PUT", b"6", None)]
+
+
+def test_per_key_ttls_and_expiring_tombstones(spark, nats_server, nats_client, stream_name):
+    bucket = stream_name
+    kv_write(spark, nats_server, bucket, [
+        ("short", "s", None, "2s"), ("forever", "f", None, "never"), ("gone", "g", None, None),
+        ("gone", None, "PURGE", "2s"),
+    ], ensureBucket="create")
+    kv = kv_of(nats_client, bucket)
+    assert history(nats_client, kv, "gone") == [("PURGE", b"")]
+    assert latest(nats_client, kv, "short") == b"s"
+    wait_until(lambda: latest(nats_client, kv, "short") == "missing", timeout=30, what="the 2s key to expire")
+    wait_until(lambda: history(nats_client, kv, "gone") == [], timeout=30, what="the purge tombstone to expire")
+    assert latest(nats_client, kv, "forever") == b"f"
+    assert nats_client.run(kv.keys()) == ["forever"]
+
+
+def test_an_expired_key_leaves_a_limit_marker_read_as_a_purge(spark, nats_server, nats_client, stream_name):
+    """A per-key TTL in a bucket with limit markers: when the key expires the server leaves a MaxAge
+    marker (kept for the marker TTL), which nats-py's watcher and the connector's read call PURGE. The
+    key's TTL is at least the marker TTL (the server raises a shorter one, ADR-43), so 10s both."""
+    bucket = stream_name
+    kv_write(spark, nats_server, bucket, [("k", "v", None, "10s"), ("stay", "s", None, "never")],
+             ensureBucket="create", **{"bucket.limitMarkerTtl": "10s"})
+    kv = kv_of(nats_client, bucket)
+    wait_until(lambda: history(nats_client, kv, "k") == [("PURGE", b"")], timeout=60, what="the MaxAge marker")
+    assert read_bucket(spark, nats_server, bucket) == [("stay", "PUT", b"s", None), ("k", "PURGE", b"", "MaxAge")]
+
+
+def test_compare_and_set_rows_are_refused_when_stale_and_dead_lettered_when_asked(spark, nats_server, nats_client,
+                                                                                   stream_name):
+    bucket = stream_name
+    schema = "key string, data string, expected_revision long"
+    kv_write(spark, nats_server, bucket, [("k", "v1", 0)], schema, ensureBucket="create")  # create: rev 1
+    with pytest.raises(PySparkException) as info:
+        kv_write(spark, nats_server, bucket, [("k", "again", 0)], schema)
+    text = str(info.value)
+    assert "PublishError" in text and f"$KV.{bucket}.k" in text and "10071" in text, text[:3000]
+    nats_client.add_stream(f"{stream_name}DLQ", [f"{stream_name}.dlq"])
+    kv_write(spark, nats_server, bucket, [("k", "v2", 1), ("k", "stale", 1), ("new", "n", 0)], schema,
+             deadLetterSubject=f"{stream_name}.dlq")
+    kv = kv_of(nats_client, bucket)
+    assert history(nats_client, kv, "k") == [("PUT", b"v2")]  # history 1: the latest only
+    assert latest(nats_client, kv, "new") == b"n"
+    [dead] = nats_client.messages(f"{stream_name}DLQ")
+    assert dead.data == b"stale" and dead.headers["Spark-JetStream-Err-Code"] == ["10071"]
+    assert dead.headers["Spark-JetStream-Original-Subject"] == [f"$KV.{bucket}.k"]
+
+
+def test_bad_rows_are_refused_naming_the_row_and_the_key(spark, nats_server, nats_client, stream_name):
+    bucket = stream_name
+    kv_write(spark, nats_server, bucket, [("ok", "1", None, None)], ensureBucket="create")
+    for row, needle in ((("bad key", "x", None, None), "'bad key'"), (("k", "x", "UPSERT", None), "'UPSERT'"),
+                        (("k", None, "DEL", "5s"), "a DEL row cannot carry a TTL")):
+        with pytest.raises(PySparkException) as info:
+            kv_write(spark, nats_server, bucket, [row])
+        text = str(info.value)
+        assert "PublishError" in text and "row 0" in text and needle in text, text[:3000]
+    assert history(nats_client, kv_of(nats_client, bucket), "ok") == [("PUT", b"1")]
+    assert nats_client.stream_state(f"KV_{bucket}")["messages"] == 1
+
+
+def test_validate_refuses_a_bucket_that_cannot_take_the_rows_and_update_enables_it(spark, nats_server, nats_client,
+                                                                                     stream_name):
+    """A bucket made by an older client: no per-key TTLs (AllowMsgTTL off). Rows with a TTL are refused
+    before anything is published, naming the setting and the fix; ensureBucket=update enables it."""
+    bucket = stream_name
+    nats_client.add_stream(f"KV_{bucket}", [f"$KV.{bucket}.>"], allow_rollup_hdrs=True, deny_delete=True,
+                           max_msgs_per_subject=1, discard="new", allow_direct=True)
+    with pytest.raises(PySparkException) as info:
+        kv_write(spark, nats_server, bucket, [("k", "v", None, "1h")])
+    assert "StreamConfigError" in str(info.value) and "AllowMsgTTL false" in str(info.value), str(info.value)[:2000]
+    assert nats_client.stream_state(f"KV_{bucket}")["messages"] == 0
+    kv_write(spark, nats_server, bucket, [("k", "v", None, "1h")], ensureBucket="update")
+    assert nats_client.stream_config(f"KV_{bucket}")["allow_msg_ttl"] is True
+    assert latest(nats_client, kv_of(nats_client, bucket), "k") == b"v"
+
+
+def test_a_bucket_copy_with_preserve_expiry_keeps_every_keys_absolute_expiry(spark, nats_server, nats_client,
+                                                                              stream_name):
+    source, target = f"{stream_name}S", f"{stream_name}T"
+    kv_write(spark, nats_server, source, [("a", "1", None, "1h"), ("b", "2", None, "never"), ("c", "3", None, "2h"),
+                                          ("c", None, "DEL", None)], ensureBucket="create", **{"bucket.history": "3"})
+    read = spark.read.format("jetstream").option("servers", nats_server.url).option("bucket", source).load()
+    jetstream_writer(read.coalesce(1), nats_server.url, bucket=target, ensureBucket="create", preserveExpiry="true",
+                     **{"bucket.history": "3"}).save()
+    copy = spark.read.format("jetstream").option("servers", nats_server.url).option("bucket", target).load()
+    original = {(r.key, r.operation): r for r in read.collect()}
+    copied = {(r.key, r.operation): r for r in copy.collect()}
+    assert sorted(copied) == sorted(original) == [("a", "PUT"), ("b", "PUT"), ("c", "DEL"), ("c", "PUT")]
+    for k, row in original.items():
+        assert copied[k].data == row.data
+        if row.expires_at is None:
+            assert copied[k].expires_at is None and copied[k].ttl in (None, "never"), k
+        else:  # the copy's TTL is counted from its own timestamp: the absolute time stays (to the second)
+            assert abs(copied[k].expires_at - row.expires_at) <= dt.timedelta(seconds=1), k
+    kv = kv_of(nats_client, target)
+    assert {k: latest(nats_client, kv, k) for k in "abc"} == {"a": b"1", "b": b"2", "c": "DEL"}
