@@ -176,3 +176,27 @@ def test_a_bucket_copy_with_preserve_expiry_keeps_every_keys_absolute_expiry(spa
             assert abs(copied[k].expires_at - row.expires_at) <= dt.timedelta(seconds=1), k
     kv = kv_of(nats_client, target)
     assert {k: latest(nats_client, kv, k) for k in "abc"} == {"a": b"1", "b": b"2", "c": "DEL"}
+
+
+def test_a_streaming_query_materialises_the_latest_value_per_key(spark, nats_server, nats_client, stream_name,
+                                                                  tmp_path):
+    """readStream of a stream of readings -> writeStream into a bucket (availableNow, two micro-batches):
+    nats-py's KeyValue sees the last reading per device."""
+    from pyspark.sql import functions as F
+
+    from ..helpers import finished, publish
+
+    nats_client.add_stream(stream_name, [f"{stream_name}.>"])
+    publish(nats_client, f"{stream_name}.dev{{i}}", 4)  # m0..m3 on dev0..dev3
+    publish(nats_client, f"{stream_name}.dev1", 1, start=9)  # dev1 again: m9
+    rows = (spark.readStream.format("jetstream").option("servers", nats_server.url).option("stream", stream_name)
+            .option("startingOffsets", "earliest").option("maxMessagesPerTrigger", 3).load()
+            .select(F.element_at(F.split("subject", r"\."), -1).alias("key"), "data", "stream", "seq"))
+    query = (rows.writeStream.format("jetstream").option("servers", nats_server.url).option("bucket", stream_name)
+             .option("ensureBucket", "create").option("checkpointLocation", str(tmp_path / "cp"))
+             .trigger(availableNow=True).start())
+    finished(query)
+    kv = kv_of(nats_client, stream_name)
+    assert {k: latest(nats_client, kv, k) for k in ("dev0", "dev1", "dev2", "dev3")} == {
+        "dev0": b"m0", "dev1": b"m9", "dev2": b"m2", "dev3": b"m3"}
+    assert [p.numInputRows for p in query.recentProgress if p.numInputRows] == [3, 2]

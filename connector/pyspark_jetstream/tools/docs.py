@@ -13,11 +13,12 @@ import re
 import sys
 from pathlib import Path
 
-from ..options import CONNECTION_OPTIONS, SINK_OPTIONS, SOURCE_OPTIONS, OptionSpec
+from ..options import CONNECTION_OPTIONS, KV_SINK_OPTIONS, SINK_OPTIONS, SOURCE_OPTIONS, OptionSpec
 
 TABLES: dict[str, tuple[OptionSpec, ...]] = {
     "connection": CONNECTION_OPTIONS,
     "sink": SINK_OPTIONS,
+    "kv_sink": KV_SINK_OPTIONS,
     "source": SOURCE_OPTIONS,
 }
 
