@@ -406,3 +406,29 @@ def run_script(python: str, script: Any, *args: str, env: dict[str, str] | None 
                           timeout=timeout, cwd=cwd)
     assert done.returncode == 0, f"exit {done.returncode}\n--- stdout\n{done.stdout[-4000:]}\n--- stderr\n{done.stderr[-6000:]}"
     return done.stdout
+
+
+# nats-py's own KeyValue API, the second client the KV tests compare with.
+
+def kv_of(client: SyncNats, bucket: str) -> Any:
+    return client.run(client.js.key_value(bucket))
+
+
+def history(client: SyncNats, kv: Any, key: str) -> list[tuple[str, bytes]]:
+    """``kv.history(key)`` as (operation, value) pairs; [] when the key has no trace."""
+    import nats.js.errors
+
+    try:
+        return [(e.operation or "PUT", e.value) for e in client.run(kv.history(key))]
+    except nats.js.errors.NoKeysError:
+        return []
+
+
+def latest(client: SyncNats, kv: Any, key: str) -> Any:
+    """What ``kv.get`` says: the value, or the operation that removed the key, or 'missing'."""
+    import nats.js.errors
+
+    try:
+        return client.run(kv.get(key)).value
+    except nats.js.errors.KeyNotFoundError as exc:
+        return exc.op or "missing"

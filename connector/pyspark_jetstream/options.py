@@ -594,6 +594,8 @@ def parse_starting_offsets(raw: str) -> StartingPosition:
     text = raw.strip().lower()
     if text in ("earliest", "latest"):
         return StartingPosition(text)
+    if text == "lastpersubject":
+        return StartingPosition("last_per_subject")
     if text.isdigit() and int(text) >= 1:
         return StartingPosition("sequence", int(text))
     raise ValueError(raw)
@@ -631,10 +633,17 @@ SOURCE_OPTIONS: tuple[OptionSpec, ...] = (
     OptionSpec("bucket", None, "Expected a KV bucket name (letters, digits, '-' and '_').",
                "Read a KV bucket's change log (stream `KV_<bucket>`); adds the columns `key` and `operation`.",
                parse_name),
-    OptionSpec("startingOffsets", None, "Expected 'earliest', 'latest' or a stream sequence >= 1 (inclusive).",
-               "Where a new query starts: `earliest`, `latest` or an inclusive stream sequence. Default: `latest` "
-               "for streaming, `earliest` for batch. Ignored when the checkpoint has an offset.",
+    OptionSpec("startingOffsets", None, "Expected 'earliest', 'latest', 'lastPerSubject' or a stream sequence >= 1 "
+               "(inclusive).",
+               "Where a new query starts: `earliest`, `latest`, an inclusive stream sequence, or `lastPerSubject`: "
+               "the last message of each subject (of each key, live keys only, for a bucket) first, then every "
+               "change after it, as a KV watch delivers. Default: `latest` for streaming, `earliest` for batch. "
+               "Ignored when the checkpoint has an offset.",
                parse_starting_offsets),
+    OptionSpec("kv.view", "changes", "Expected 'changes' or 'latest'.",
+               "Batch reads of a bucket: `changes`, the change log (every put, delete and purge); `latest`, the "
+               "bucket's current state: one row per live key, as `nats kv ls` and `get` show it.",
+               parse_choice("changes", "latest")),
     OptionSpec("startingTimestamp", None, "Expected an ISO-8601 time such as '2026-01-31T12:00:00Z' or epoch milliseconds.",
                "Start at the first message stored at or after this time (instead of `startingOffsets`).",
                parse_timestamp),
@@ -746,6 +755,18 @@ def parse_source_options(raw: Mapping[str, str], *, streaming: bool | None) -> S
         starting = values["startingOffsets"]
     else:
         starting = StartingPosition("latest" if streaming else "earliest")
+    if values["kv.view"] == "latest":
+        if values["bucket"] is None:
+            raise OptionError("kv.view", "latest", "It applies to KV buckets: set 'bucket' (for a stream, "
+                              "startingOffsets='lastPerSubject' reads the last message per subject).")
+        if streaming:
+            raise OptionError("kv.view", "latest", "It applies to batch reads; a streaming read of the current "
+                              "state, then every change, is startingOffsets='lastPerSubject'.")
+        for name in ("startingOffsets", "startingTimestamp"):
+            if name.lower() in given:
+                raise OptionError(name, _raw_value(raw, name), "kv.view='latest' reads the current state; it takes "
+                                  "no starting position.")
+        starting = StartingPosition("last_per_subject")
     for name in ("endingOffsets", "endingTimestamp"):
         if streaming and name.lower() in given:
             raise OptionError(name, _raw_value(raw, name), "It applies to batch reads only (spark.read).")

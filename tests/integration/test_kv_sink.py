@@ -5,11 +5,10 @@ from __future__ import annotations
 
 import datetime as dt
 
-import nats.js.errors
 import pytest
 from pyspark.errors import PySparkException
 
-from ..helpers import jetstream_writer, wait_until
+from ..helpers import history, jetstream_writer, kv_of, latest, wait_until
 
 SCHEMA = "key string, data string, operation string, ttl string"
 
@@ -17,25 +16,6 @@ SCHEMA = "key string, data string, operation string, ttl string"
 def kv_write(spark, server, bucket, rows, schema=SCHEMA, **options):
     df = spark.createDataFrame(rows, schema).coalesce(1)  # one task: rows published in order
     jetstream_writer(df, server.url, bucket=bucket, **options).save()
-
-
-def kv_of(client, bucket):
-    return client.run(client.js.key_value(bucket))
-
-
-def history(client, kv, key):
-    try:
-        return [(e.operation or "PUT", e.value) for e in client.run(kv.history(key))]
-    except nats.js.errors.NoKeysError:
-        return []
-
-
-def latest(client, kv, key):
-    """What ``kv.get`` says: the value, or the operation that removed the key, or 'missing'."""
-    try:
-        return client.run(kv.get(key)).value
-    except nats.js.errors.KeyNotFoundError as exc:
-        return exc.op or "missing"
 
 
 def read_bucket(spark, server, bucket):

@@ -76,3 +76,16 @@ def test_skipping_lost_sequences_moves_the_range_on():
     assert r.skip_to(14) == 5 and r.next_seq == 15 and not r.complete
     assert r.skip_to(12) == 0 and r.next_seq == 15  # never backwards
     assert r.skip_to(20) == 6 and r.complete
+
+
+def test_a_recreated_snapshot_consumer_delivers_its_set_again_and_what_was_taken_is_skipped():
+    """lastPerSubject: the last message of each subject comes in sequence order (3, 7, 9 here); a new
+    consumer after a gap delivers the set from its start again: 3 and 7 are skipped, 9 is taken."""
+    r = RangeTracker(1, 10, 0.0)
+    assert r.on_message(3, 1, 2, 1.0) == (Step.TAKE, 3)
+    assert r.on_message(7, 2, 1, 1.0) == (Step.TAKE, 4)
+    r.consumer_created()
+    assert r.on_message(3, 1, 2, 2.0) == (Step.TAKEN_BEFORE, 0)
+    assert r.on_message(7, 2, 1, 2.0) == (Step.TAKEN_BEFORE, 0)
+    assert r.on_message(9, 3, 0, 2.0) == (Step.TAKE_DRAINED, 2)
+    assert r.last_sseq == 9

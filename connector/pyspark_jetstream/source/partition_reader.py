@@ -80,15 +80,18 @@ def _int_header(headers: dict[str, list[str]], name: str) -> int | None:
 
 class PartitionReader:
     def __init__(self, opts: SourceOptions, stream: str, first: int, last: int, out: queue.Queue,
-                 created: str | None = None, max_age: float = 0.0) -> None:
+                 created: str | None = None, max_age: float = 0.0, last_per_subject: bool = False) -> None:
         self.opts = opts
         self.stream = stream
         self.first = first
         self.last = last
         self.out = out
         self.created = created  # the stream's identity when the range was planned (batch reads)
+        # A snapshot (startingOffsets=lastPerSubject, kv.view=latest): the last message of each subject up
+        # to ``last``, from a last-per-subject consumer; a bucket's deleted and purged keys are left out.
+        self.last_per_subject = last_per_subject
         self.builder = BatchBuilder(stream, include_markers=opts.include_markers, kv_bucket=opts.bucket,
-                                    max_age=max_age)
+                                    max_age=max_age, drop_removed_keys=last_per_subject and opts.bucket is not None)
         self.engine = PullEngine(opts.consume, range_left=last - first + 1, now=time.monotonic())
         self.range = RangeTracker(first, last, time.monotonic())
         self.ahead = 0
@@ -190,6 +193,12 @@ class PartitionReader:
             "inactive_threshold": int(max(2 * self.opts.consume.expires, 30) * 1e9),
         }
         filters = self.opts.filter_subjects
+        if self.last_per_subject:
+            # The server delivers the last message of each subject in sequence order, then what follows;
+            # it needs a filter. A recreated consumer delivers the set again: the tracker skips what was taken.
+            del config["opt_start_seq"]
+            config["deliver_policy"] = "last_per_subject"
+            filters = filters or (">",)
         if filters:
             config["filter_subjects"] = list(filters)
         reply = await request(self.nc, f"CONSUMER.CREATE.{self.stream}.{name}",
@@ -201,7 +210,7 @@ class PartitionReader:
         self.range.consumer_created()
         self.engine.reset_pending()
         self.pull_subject = f"{self.opts.api_prefix}.CONSUMER.MSG.NEXT.{self.stream}.{name}"
-        if self._lost_below_first_seq(start_seq, reply):
+        if not self.last_per_subject and self._lost_below_first_seq(start_seq, reply):
             return
         if reply.get("num_pending", 0) == 0:
             self._nothing_pending()  # the range's tail was deleted or filtered, or a replica lags
@@ -335,6 +344,12 @@ class PartitionReader:
             return
         size = len(subject) + len(reply) + len(data) + (len(headers) if headers else 0)
         self.engine.on_message(size, advance, now)
+        if step is Step.TAKEN_BEFORE:
+            if pending == 0:
+                self._nothing_pending()
+            else:
+                self._maybe_pull()
+            return
         self.builder.add(subject, data, headers, sseq, ts)
         if len(self.builder) >= self.opts.batch_size:
             self._emit()
@@ -347,7 +362,8 @@ class PartitionReader:
 
     def _nothing_pending(self) -> None:
         """The consumer says nothing is pending before the range's end."""
-        if self.range.complete or not is_clustered(self.nc):
+        # A snapshot's set is the consumer's replica's, as a KV watch's is: there is no range to confirm.
+        if self.range.complete or self.last_per_subject or not is_clustered(self.nc):
             self._finish()
             return
         if not self.confirming:
@@ -521,7 +537,7 @@ def _builds(raw: RawBatch) -> bool:
 
 
 def read_partition(opts: SourceOptions, stream: str, first: int, last: int,
-                   created: str | None = None, max_age: float = 0.0) -> Iterator[Any]:
+                   created: str | None = None, max_age: float = 0.0, last_per_subject: bool = False) -> Iterator[Any]:
     """Yield the partition's RecordBatches on Spark's thread while the loop thread reads.
 
     Every wait has a deadline: the reader fails itself after ``consume.maxWait``
@@ -529,7 +545,7 @@ def read_partition(opts: SourceOptions, stream: str, first: int, last: int,
     should the reader neither deliver nor fail.
     """
     out: queue.Queue = queue.Queue()
-    reader = PartitionReader(opts, stream, first, last, out, created, max_age)
+    reader = PartitionReader(opts, stream, first, last, out, created, max_age, last_per_subject)
     loop = runtime.loop()
     reader.starting = runtime.submit(reader.start())  # kept referenced: the loop holds its tasks weakly
     poll = min(5.0, opts.max_wait)

@@ -93,12 +93,13 @@ def offset_before(first_seq: int) -> int:
 
 def initial_seq(mode: str, bounds: StreamBounds, *, sequence: int | None = None,
                 timestamp_seq: int | None = None) -> int:
-    """The starting offset's seq for ``earliest`` | ``latest`` | ``sequence`` | ``timestamp``.
+    """The starting offset's seq for ``earliest`` | ``latest`` | ``sequence`` | ``timestamp`` |
+    ``last_per_subject`` (the snapshot covers the whole stream, as ``earliest``).
 
     ``timestamp_seq`` is the first sequence at or after the starting timestamp,
     or ``None`` when no message is that recent (the query then starts at the end).
     """
-    if mode == "earliest":
+    if mode in ("earliest", "last_per_subject"):
         return offset_before(bounds.first_seq) if bounds.first_seq else 0
     if mode == "latest":
         return bounds.last_seq

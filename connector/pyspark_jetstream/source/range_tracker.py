@@ -9,6 +9,8 @@ the :class:`Step` it answers; the ADR-37 pull bookkeeping is the
   (during a reconnect, say): recreate the consumer from the last stream
   sequence taken + 1, as nats.go's ordered consumer does;
 - a stream sequence past the range's last ends the partition without taking it;
+- a stream sequence already taken is skipped (a recreated last-per-subject
+  consumer delivers its set from the start again);
 - the range's last sequence ends it after taking it;
 - ``pending == 0`` before the range's end: nothing more to deliver (the tail
   was deleted or filtered out; in a cluster the reader confirms it first);
@@ -28,6 +30,7 @@ class Step(enum.Enum):
     TAKE = "take"  # take it and keep pulling
     TAKE_LAST = "take last"  # take it: the range is complete
     TAKE_DRAINED = "take drained"  # take it; the consumer has nothing more pending before the range's end
+    TAKEN_BEFORE = "taken before"  # skip it: taken from an earlier consumer (a snapshot's set delivered again)
 
 
 class RangeTracker:
@@ -60,6 +63,8 @@ class RangeTracker:
         self.last_dseq = dseq
         if sseq > self.last:
             return Step.PAST_END, 0
+        if sseq <= self.last_sseq:
+            return Step.TAKEN_BEFORE, 0
         advance = sseq - self.last_sseq
         self.last_sseq = sseq
         self.last_progress = now

@@ -43,6 +43,12 @@ from .planning import (
 log = get_logger("source")
 T = TypeVar("T")
 
+SNAPSHOT_NEXT = "lastPerSubject"
+"""In a start offset (``startingOffsets=lastPerSubject``): the next micro-batch is the snapshot."""
+SNAPSHOT = "snapshot"
+"""In an end offset: this micro-batch read the last message per subject of ``(start, end]``, not the
+range; a replay reads the last message per subject up to the same end again."""
+
 
 @dataclass(frozen=True)
 class JetStreamPartition(InputPartition):
@@ -55,6 +61,7 @@ class JetStreamPartition(InputPartition):
     last: int
     created: str | None = None
     max_age: float = 0.0  # the stream's MaxAge (seconds) at planning, for expires_at
+    last_per_subject: bool = False  # read the last message of each subject up to ``last`` (a snapshot)
 
 
 def _ask_server(opts: SourceOptions, call: Callable[[], Coroutine[Any, Any, T]], what: str) -> T:
@@ -156,13 +163,25 @@ def _plan_partitions(opts: SourceOptions, start: int, end: int, bounds: StreamBo
             for r in split_range(start, end, num_partitions or opts.num_partitions)]
 
 
+def _snapshot_partitions(opts: SourceOptions, start: int, end: int, bounds: StreamBounds,
+                         check_identity: bool = False) -> list[JetStreamPartition]:
+    """``lastPerSubject``: one partition reads the last message of every subject stored at or before ``end``
+    (one consumer delivers that set in sequence order; splitting it would make every partition receive
+    it all). A subject whose last message came after ``end`` is left to the next micro-batch, which
+    reads it as a change."""
+    if end <= start:
+        return []
+    created = bounds.created if check_identity else None
+    return [JetStreamPartition(opts.stream, 0, start + 1, end, created, bounds.max_age, last_per_subject=True)]
+
+
 def _read(opts: SourceOptions, partition: JetStreamPartition) -> Iterator[Any]:
     from .partition_reader import read_partition
 
     if not isinstance(partition, JetStreamPartition):
         return  # Spark reads one default partition when a batch plan has none: an empty range
     yield from read_partition(opts, partition.stream, partition.first, partition.last, created=partition.created,
-                              max_age=partition.max_age)
+                              max_age=partition.max_age, last_per_subject=partition.last_per_subject)
 
 
 class JetStreamBatchReader(DataSourceReader):
@@ -175,7 +194,10 @@ class JetStreamBatchReader(DataSourceReader):
         last = min(_ending_seq(opts, bounds), bounds.last_seq)
         self.end = max(last, self.start)
         # Each partition checks that the stream was not recreated between this plan and its read.
-        self._partitions = _plan_partitions(opts, self.start, self.end, bounds, check_identity=True)
+        if opts.starting.kind == "last_per_subject":
+            self._partitions = _snapshot_partitions(opts, self.start, self.end, bounds, check_identity=True)
+        else:
+            self._partitions = _plan_partitions(opts, self.start, self.end, bounds, check_identity=True)
 
     def partitions(self) -> list[JetStreamPartition]:
         return self._partitions
@@ -198,7 +220,10 @@ class JetStreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
 
     def initialOffset(self) -> dict:
         bounds = _bounds(self.opts)
-        return self._offset(_starting_seq(self.opts, bounds), bounds)
+        offset = self._offset(_starting_seq(self.opts, bounds), bounds)
+        if self.opts.starting.kind == "last_per_subject":
+            offset[SNAPSHOT_NEXT] = True  # the first micro-batch is the last message per subject
+        return offset
 
     def getDefaultReadLimit(self) -> ReadLimit:
         n = self.opts.max_messages_per_trigger
@@ -216,6 +241,12 @@ class JetStreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
             if self._target is not None:  # an AvailableNow target of the old stream means nothing in the new one
                 self._target = bounds.last_seq
         latest = bounds.last_seq if self._target is None else min(bounds.last_seq, self._target)
+        if start.get(SNAPSHOT_NEXT) and reset is None:
+            # lastPerSubject: the first micro-batch is the snapshot up to the last sequence now, whatever
+            # the read limits (a snapshot is not cut by sequences); its end offset says so for replays.
+            end = self._offset(max(latest, first), bounds)
+            end[SNAPSHOT] = True
+            return end
         if self._target is None and reset is None and self.opts.min_messages_per_trigger is not None:
             now = time.monotonic()
             if waits_for_more(latest - first, self.opts.min_messages_per_trigger, now - self._last_batch,
@@ -246,6 +277,8 @@ class JetStreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
             # Planned (and logged) against a stream that has been recreated since: a replay after a crash.
             _recreated(self.opts, end, bounds, "This micro-batch's range belonged to the old stream and is skipped")
             return []
+        if end.get(SNAPSHOT):
+            return _snapshot_partitions(self.opts, s, e, bounds)
         # A replayed batch is split as its first attempt was: the count is in the logged offset.
         return _plan_partitions(self.opts, s, e, bounds, offset_partitions(end, self.opts.num_partitions))
 

@@ -55,9 +55,10 @@ class BatchBuilder:
     """
 
     def __init__(self, stream: str, *, include_markers: bool = True, kv_bucket: str | None = None,
-                 max_age: float = 0.0) -> None:
+                 max_age: float = 0.0, drop_removed_keys: bool = False) -> None:
         self.stream = stream
         self.include_markers = include_markers
+        self.drop_removed_keys = drop_removed_keys  # a bucket's current state: DEL and PURGE rows left out
         self.kv_prefix = f"$KV.{kv_bucket}." if kv_bucket else None
         self.max_age_us = int(max_age * 1_000_000)
         self.schema = arrow_schema(kv_bucket is not None)
@@ -199,4 +200,7 @@ class RawBatch:
         if not cfg.include_markers and any(m is not None for m in markers):
             # Decided on the parsed header name only: a look-alike name or value is not a marker.
             batch = batch.filter(pa.array([m is None for m in markers]))
+        if cfg.drop_removed_keys and kv_prefix:
+            # A deleted or purged key (a server marker included) is not part of the bucket's state.
+            batch = batch.filter(pc.invert(pc.is_in(batch.column("operation"), pa.array(["DEL", "PURGE"]))))
         return batch
