@@ -1,19 +1,21 @@
-"""Latest value per key with TTLs, and the MaxAge tombstones of expired keys (ADR-43).
+"""Latest value per key in a real KV bucket: per-key TTLs, purges whose tombstones expire (ADR-43).
 
     python examples/kv_latest_values.py              # starts an embedded nats-server itself
     python examples/kv_latest_values.py --servers nats://host:4222
 
-The stream SENSORS keeps one message per subject (``MaxMsgsPerSubject=1``, a
-key-value layout), allows per-message TTLs and writes subject delete markers
-(``SubjectDeleteMarkerTTL``). The job:
+1. Publishes sensor readings to the stream READINGS (one subject per sensor).
+2. A streaming query (availableNow, micro-batches of 100 readings) averages the readings per
+   sensor and writes every sensor's running summary to the KV bucket SENSORS (``complete``
+   output mode, ``option("bucket", "SENSORS")``, created as nats-py's ``create_key_value``
+   would), each key with its own TTL: ``porch`` lives 3 s, ``kitchen`` never expires, the
+   others 1 hour.
+3. Purges two keys with a tombstone TTL of 2 s (``operation = PURGE``, ``ttl = 2s``): the key's
+   history is rolled up into one tombstone, and the tombstone itself expires.
+4. Reads the bucket's current state with the connector (``kv.view=latest``) and prints it
+   beside what nats-py's ``KeyValue.get`` returns for the same keys; then waits until the
+   porch value and the tombstones have expired and prints both views again.
 
-1. writes a first value for five keys (``sensors.<key>``) with a TTL per key;
-2. writes newer values for two of the keys: the stream keeps only the latest;
-3. waits until the short-lived keys expire: for each, the server removes the last
-   message of the subject and writes a marker in its place (empty payload,
-   ``Nats-Marker-Reason: MaxAge``), which consumers see like any other message;
-4. reads the change log with ``spark.read.format("jetstream")`` and shows the
-   values and the markers (``marker_reason`` column), then the keys still alive.
+Exits 1 when the two views ever differ.
 """
 
 from __future__ import annotations
@@ -21,60 +23,103 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import json
 import os
 import sys
+import tempfile
 import time
 
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 
-STREAM = "SENSORS"
-# key -> TTL of its value; "never" keys stay, the others expire.
-KEYS = {"boiler": "2s", "garage": "3s", "kitchen": "never", "attic": "1h", "porch": "2s"}
+READINGS, BUCKET = "READINGS", "SENSORS"
+SENSORS = ("attic", "boiler", "garage", "kitchen", "porch")
+TTLS = {"porch": "3s", "kitchen": "never"}  # the others: 1h
+PURGED = ("garage", "attic")
 
 
-def write_values(spark, servers: str, rows: list[tuple[str, str, str]]) -> None:
-    """rows: (key, value, ttl) -> one message per row on sensors.<key>."""
-    df = spark.createDataFrame(rows, "key string, value string, ttl string")
-    (
-        df.selectExpr("concat('sensors.', key) as subject", "value as data", "ttl")
-        .write.format("jetstream").mode("append")
-        .option("servers", servers)
-        .option("stream", STREAM)
-        .option("ensureStream", "create")
-        .option("stream.subjects", "sensors.>")
-        .option("stream.maxMsgsPerSubject", "1")
-        .option("stream.subjectDeleteMarkerTtl", "5m")
-        .save()
-    )
+def publish_readings(spark, servers: str, count: int) -> None:
+    from pyspark.sql import functions as F
+
+    sensor = F.element_at(F.array(*[F.lit(s) for s in SENSORS]), (F.col("id") % len(SENSORS) + 1).cast("int"))
+    (spark.range(count).select(
+        F.concat(F.lit("readings."), sensor).alias("subject"),
+        F.to_json(F.struct(sensor.alias("sensor"), (F.lit(15) + F.col("id") % 10).alias("celsius"))).alias("data"))
+     .write.format("jetstream").mode("append").option("servers", servers).option("stream", READINGS)
+     .option("ensureStream", "create").option("stream.subjects", "readings.>").save())
 
 
-async def markers_written(servers: str) -> int:
-    """How many subjects now hold a MaxAge marker."""
+def summarise_into_the_bucket(spark, servers: str, checkpoint: str):
+    """READINGS as a stream -> per-sensor summary -> the bucket, a per-key TTL on each key."""
+    from pyspark.sql import functions as F
+
+    readings = (spark.readStream.format("jetstream").option("servers", servers).option("stream", READINGS)
+                .option("startingOffsets", "earliest").option("maxMessagesPerTrigger", 100).load()
+                .select(F.from_json(F.col("data").cast("string"), "sensor string, celsius double").alias("r"))
+                .select("r.*"))
+    ttl = F.coalesce(*[F.when(F.col("sensor") == k, F.lit(v)) for k, v in TTLS.items()], F.lit("1h"))
+    summary = (readings.groupBy("sensor").agg(F.count("*").alias("readings"),
+                                              F.round(F.avg("celsius"), 2).alias("avg_celsius"))
+               .select(F.col("sensor").alias("key"), F.to_json(F.struct("readings", "avg_celsius")).alias("data"),
+                       ttl.alias("ttl")))
+    query = (summary.writeStream.format("jetstream").outputMode("complete")
+             .option("servers", servers).option("bucket", BUCKET)
+             .option("ensureBucket", "create").option("bucket.history", 5)
+             .option("checkpointLocation", checkpoint).trigger(availableNow=True).start())
+    if not query.awaitTermination(300) or query.exception() is not None:
+        raise SystemExit(f"the streaming query did not finish: {query.exception()}")
+    return query
+
+
+def purge_with_tombstone_ttl(spark, servers: str) -> None:
+    rows = [(key, None, "PURGE", "2s") for key in PURGED]
+    (spark.createDataFrame(rows, "key string, data string, operation string, ttl string")
+     .write.format("jetstream").mode("append").option("servers", servers).option("bucket", BUCKET).save())
+
+
+def connector_view(spark, servers: str) -> dict[str, str]:
+    rows = (spark.read.format("jetstream").option("servers", servers).option("bucket", BUCKET)
+            .option("kv.view", "latest").load().collect())
+    return {r.key: r.data.decode() for r in rows}
+
+
+async def nats_py_view(servers: str) -> tuple[dict[str, str], dict[str, str]]:
+    """(live keys and values, what ``get`` says of every sensor) through nats-py's own KeyValue."""
     import nats
+    import nats.js.errors
 
     nc = await nats.connect(servers.split(","))
-    js = nc.jetstream()
-    found = 0
-    for key in KEYS:
-        with contextlib.suppress(Exception):  # a subject with no message at all
-            msg = await js.get_last_msg(STREAM, f"sensors.{key}")
-            if (msg.headers or {}).get("Nats-Marker-Reason") == "MaxAge":
-                found += 1
-    await nc.close()
-    return found
+    try:
+        kv = await nc.jetstream().key_value(BUCKET)
+        said: dict[str, str] = {}
+        for key in SENSORS:
+            try:
+                said[key] = (await kv.get(key)).value.decode()
+            except nats.js.errors.KeyNotFoundError as exc:
+                history = []
+                with contextlib.suppress(nats.js.errors.NoKeysError):
+                    history = await kv.history(key)
+                said[key] = f"<{exc.op or 'no such key'}; {len(history)} entries in history>"
+        return {k: v for k, v in said.items() if not v.startswith("<")}, said
+    finally:
+        await nc.close()
+
+
+def show(title: str, mine: dict[str, str], said: dict[str, str]) -> None:
+    print(f"\n{title}")
+    print(f"  {'key':<8} {'connector (kv.view=latest)':<40} nats-py KeyValue.get")
+    for key in SENSORS:
+        print(f"  {key:<8} {mine.get(key, '-'):<40} {said[key]}")
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--servers", help="NATS URL(s); default: start an embedded nats-server")
-    parser.add_argument("--wait", type=float, default=30.0, help="seconds to wait for the markers at most")
+    parser.add_argument("--readings", type=int, default=500)
+    parser.add_argument("--wait", type=float, default=60.0, help="seconds to wait for the expiries at most")
     args = parser.parse_args()
 
     from pyspark.sql import SparkSession
-    from pyspark.sql import functions as F
 
     with contextlib.ExitStack() as stack:
         servers = args.servers
@@ -84,35 +129,38 @@ def main() -> int:
             servers = stack.enter_context(EmbeddedNatsServer()).url
             print(f"Started an embedded nats-server at {servers}")
         spark = (SparkSession.builder.master("local[2]").appName("jetstream-kv-latest-values")
-                 .config("spark.ui.showConsoleProgress", "false").getOrCreate())
+                 .config("spark.ui.showConsoleProgress", "false").config("spark.sql.shuffle.partitions", "2")
+                 .getOrCreate())
         spark.sparkContext.setLogLevel("ERROR")
         stack.callback(spark.stop)
 
-        write_values(spark, servers, [(k, json.dumps({"key": k, "celsius": 20 + i}), ttl)
-                                      for i, (k, ttl) in enumerate(KEYS.items())])
-        write_values(spark, servers, [("kitchen", json.dumps({"key": "kitchen", "celsius": 23.5}), "never"),
-                                      ("attic", json.dumps({"key": "attic", "celsius": 31.0}), "1h")])
-        print(f"Wrote {len(KEYS)} keys, then newer values for kitchen and attic (TTLs: {KEYS})")
+        publish_readings(spark, servers, args.readings)
+        query = summarise_into_the_bucket(spark, servers, tempfile.mkdtemp(prefix="kv-latest-"))
+        batches = [p.numInputRows for p in query.recentProgress if p.numInputRows]
+        print(f"Summarised {sum(batches)} readings in {len(batches)} micro-batches into bucket {BUCKET} "
+              f"(TTLs: porch 3s, kitchen never, others 1h)")
+        purge_with_tombstone_ttl(spark, servers)
+        print(f"Purged {', '.join(PURGED)} with a tombstone TTL of 2s")
 
-        expiring = sum(1 for ttl in KEYS.values() if ttl.endswith("s"))
+        mine = connector_view(spark, servers)
+        live, said = asyncio.run(nats_py_view(servers))
+        show("The bucket now:", mine, said)
+        same = mine == live
+        print(f"connector == nats-py: {same}")
+
         deadline = time.monotonic() + args.wait
-        while (found := asyncio.run(markers_written(servers))) < expiring:
+        while "porch" in live or any("PURGE" in said[k] for k in PURGED):
             if time.monotonic() > deadline:
-                print(f"Only {found} of {expiring} markers appeared within {args.wait:g}s", file=sys.stderr)
+                print(f"The porch value or the tombstones did not expire within {args.wait:g}s", file=sys.stderr)
                 return 1
             time.sleep(0.5)
-
-        log = (spark.read.format("jetstream").option("servers", servers).option("stream", STREAM).load()
-               .select("seq", "subject", F.col("data").cast("string").alias("value"), "ttl", "expires_at",
-                       "marker_reason"))
-        print("\nThe change log now (MaxMsgsPerSubject=1 keeps the last message per key):")
-        log.orderBy("seq").show(truncate=False)
-        alive = log.where(F.col("marker_reason").isNull()).select("subject", "value").orderBy("subject")
-        print("Keys still alive:")
-        alive.show(truncate=False)
-        markers = log.where(F.col("marker_reason") == "MaxAge").count()
-        print(f"{markers} keys expired and left a MaxAge marker; {alive.count()} keys alive")
-    return 0
+            live, said = asyncio.run(nats_py_view(servers))
+        mine = connector_view(spark, servers)
+        show("After the expiries (porch's 3s TTL, the tombstones' 2s):", mine, said)
+        print(f"connector == nats-py: {mine == live}")
+        same = same and mine == live
+        print(f"{len(live)} keys alive: {', '.join(sorted(live))}")
+    return 0 if same else 1
 
 
 if __name__ == "__main__":

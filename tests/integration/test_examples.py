@@ -110,12 +110,17 @@ def test_orders_pipeline_stops_on_sigterm_and_resumes_exactly_once(nats_server, 
     assert message.headers.get("Nats-TTL") == ["1h"]  # the order's TTL travelled with it
 
 
-def test_kv_latest_values_shows_max_age_markers():
+def test_kv_latest_values_reads_the_bucket_as_nats_py_does():
     out = _run_example("kv_latest_values.py").stdout
-    assert "3 keys expired and left a MaxAge marker; 2 keys alive" in out
-    alive = out.split("Keys still alive:")[1]
-    assert "sensors.kitchen" in alive and "23.5" in alive and "sensors.attic" in alive and "31.0" in alive
-    assert "sensors.boiler" not in alive
+    assert "Summarised 500 readings in 5 micro-batches into bucket SENSORS" in out
+    now, after = out.split("The bucket now:")[1].split("After the expiries")
+    # Both views agree at both times (the example exits 1 otherwise), and say what the issue expects.
+    assert out.count("connector == nats-py: True") == 2
+    rows = {line.split()[0]: line for line in now.splitlines()[2:] if line.startswith("  ") and "{" in line}
+    assert sorted(rows) == ["boiler", "kitchen", "porch"]
+    assert '"readings":100' in rows["kitchen"] and "<PURGE; 1 entries in history>" in now  # a tombstone
+    assert "2 keys alive: boiler, kitchen" in after  # porch's TTL and the tombstones expired
+    assert after.count("<no such key; 0 entries in history>") == 3
 
 
 def test_copy_preserving_expiry_keeps_absolute_expiry():

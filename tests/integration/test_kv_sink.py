@@ -180,3 +180,42 @@ def test_a_streaming_query_materialises_the_latest_value_per_key(spark, nats_ser
     assert {k: latest(nats_client, kv, k) for k in ("dev0", "dev1", "dev2", "dev3")} == {
         "dev0": b"m0", "dev1": b"m9", "dev2": b"m2", "dev3": b"m3"}
     assert [p.numInputRows for p in query.recentProgress if p.numInputRows] == [3, 2]
+
+
+def test_a_streaming_write_to_a_bucket_replayed_after_a_crash_is_exactly_once(spark, nats_server, nats_client,
+                                                                               stream_name, tmp_path):
+    """A driver crash between a micro-batch's write and its commit: the replay publishes the same ids,
+    which the bucket de-duplicates; every reading is in the key's history once."""
+    import os
+
+    from pyspark.sql import functions as F
+
+    from ..helpers import finished, publish
+
+    nats_client.add_stream(stream_name, [f"{stream_name}.>"])
+    publish(nats_client, f"{stream_name}.dev{{i}}", 6)  # m0..m5 on dev0..dev5
+    publish(nats_client, f"{stream_name}.dev0", 2, start=6)  # m6, m7 on dev0
+    checkpoint = tmp_path / "chk"
+
+    def run():
+        rows = (spark.readStream.format("jetstream").option("servers", nats_server.url)
+                .option("stream", stream_name).option("startingOffsets", "earliest")
+                .option("maxMessagesPerTrigger", 4).load()
+                .select(F.element_at(F.split("subject", r"\."), -1).alias("key"), "data", "stream", "seq"))
+        return finished(rows.writeStream.format("jetstream").option("servers", nats_server.url)
+                        .option("bucket", stream_name).option("ensureBucket", "create")
+                        .option("bucket.history", 10).option("checkpointLocation", str(checkpoint))
+                        .trigger(availableNow=True).start())
+
+    run()
+    os.remove(checkpoint / "commits" / "1")  # the last batch (sequences 5..8) written, not committed
+    for name in os.listdir(checkpoint / "commits"):
+        if name.startswith(".1."):
+            os.remove(checkpoint / "commits" / name)
+    replayed = run()
+    assert [(p.batchId, p.numInputRows) for p in replayed.recentProgress if p.numInputRows] == [(1, 4)]
+    kv = kv_of(nats_client, stream_name)
+    assert history(nats_client, kv, "dev0") == [("PUT", b"m0"), ("PUT", b"m6"), ("PUT", b"m7")]
+    assert {k: history(nats_client, kv, k) for k in ("dev4", "dev5")} == {"dev4": [("PUT", b"m4")],
+                                                                           "dev5": [("PUT", b"m5")]}
+    assert nats_client.stream_state(f"KV_{stream_name}")["messages"] == 8
