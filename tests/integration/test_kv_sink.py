@@ -219,3 +219,17 @@ def test_a_streaming_write_to_a_bucket_replayed_after_a_crash_is_exactly_once(sp
     assert {k: history(nats_client, kv, k) for k in ("dev4", "dev5")} == {"dev4": [("PUT", b"m4")],
                                                                            "dev5": [("PUT", b"m5")]}
     assert nats_client.stream_state(f"KV_{stream_name}")["messages"] == 8
+
+
+def test_a_bucket_with_a_short_duplicate_window_warns_at_start(spark, nats_server, nats_client, stream_name):
+    """nats-py gives a bucket with a 30s TTL a 30s duplicate window: exactly-once holds only for a
+    replay within it, and the sink says so when the write starts."""
+    from ..helpers import worker_log
+
+    kv_write(spark, nats_server, stream_name, [("k", "v", None, None)], ensureBucket="create",
+             **{"bucket.ttl": "30s"})
+    assert nats_client.stream_config(f"KV_{stream_name}")["duplicate_window"] == 30_000_000_000
+    warned = [m for m in worker_log(spark, "pyspark_jetstream.stream_admin") if stream_name in m]
+    assert any("de-duplicates message ids for 30s only" in m for m in warned), warned
+    kv_write(spark, nats_server, f"{stream_name}L", [("k", "v", None, None)], ensureBucket="create")
+    assert not [m for m in worker_log(spark, "pyspark_jetstream.stream_admin") if f"{stream_name}L " in m]
