@@ -33,6 +33,10 @@ class Step(enum.Enum):
     TAKEN_BEFORE = "taken before"  # skip it: taken from an earlier consumer (a snapshot's set delivered again)
 
 
+_GAP, _PAST_END, _TAKE, _TAKE_LAST, _TAKE_DRAINED, _TAKEN_BEFORE = (
+    Step.GAP, Step.PAST_END, Step.TAKE, Step.TAKE_LAST, Step.TAKE_DRAINED, Step.TAKEN_BEFORE)
+
+
 class RangeTracker:
     """One partition's progress through ``first..last`` (both included)."""
 
@@ -57,22 +61,24 @@ class RangeTracker:
         self.last_dseq = 0
 
     def on_message(self, sseq: int, dseq: int, pending: int, now: float) -> tuple[Step, int]:
-        """The step for a delivered message, and by how many stream sequences it advanced the range."""
+        """The step for a delivered message, and by how many stream sequences it advanced the range.
+        Called once per message: the steps are module-level names (an enum member lookup per call
+        costs more than the rest of the rules)."""
         if dseq != self.last_dseq + 1:
-            return Step.GAP, 0
+            return _GAP, 0
         self.last_dseq = dseq
+        last_sseq = self.last_sseq
         if sseq > self.last:
-            return Step.PAST_END, 0
-        if sseq <= self.last_sseq:
-            return Step.TAKEN_BEFORE, 0
-        advance = sseq - self.last_sseq
+            return _PAST_END, 0
+        if sseq <= last_sseq:
+            return _TAKEN_BEFORE, 0
         self.last_sseq = sseq
         self.last_progress = now
         if sseq >= self.last:
-            return Step.TAKE_LAST, advance
+            return _TAKE_LAST, sseq - last_sseq
         if pending == 0:
-            return Step.TAKE_DRAINED, advance
-        return Step.TAKE, advance
+            return _TAKE_DRAINED, sseq - last_sseq
+        return _TAKE, sseq - last_sseq
 
     def lost_range(self, start_seq: int, delivered_stream_seq: int | None) -> tuple[int, int, int] | None:
         """``(first, last, moved_to)``: the sequences of this range that a consumer asked to start at
