@@ -132,6 +132,24 @@ def run(spark, url: str, workdir: Path) -> None:
           [(m["subject"], base64.b64decode(m["data"]), user_headers(m["headers"]), m["headers"].get("Nats-TTL"),
             m["headers"].get("Nats-Msg-Id")) for m in stored])
 
+    # 2c. Key operations the connector writes to a bucket, read by nats.js's kv.history().
+    ops = [("a", "1", None, "1h"), ("b", "2", None, None), ("a", "3", "PUT", None), ("b", None, "DEL", None),
+           ("c", "4", None, None), ("c", None, "PURGE", "30s")]
+    (spark.createDataFrame(ops, "key string, data string, operation string, ttl string").coalesce(1)
+     .write.format("jetstream").mode("append").option("servers", url).option("bucket", "skv")
+     .option("ensureBucket", "create").option("bucket.history", 5).save())
+    check("skv (connector KV writes): (key, operation, value) as nats.js kv.history() sees them",
+          sorted((e["key"], e["operation"], base64.b64decode(e["value"])) for e in node(workdir, "kv", url, "skv")),
+          sorted([("a", "PUT", b"1"), ("b", "PUT", b"2"), ("a", "PUT", b"3"), ("b", "DEL", b""),
+                  ("c", "PURGE", b"")]))
+    # A bucket copy of what nats.js wrote (markers skipped), read by nats.js.
+    (read(bucket="jskv").coalesce(1).write.format("jetstream").mode("append").option("servers", url)
+     .option("bucket", "ckv").option("ensureBucket", "create").option("bucket.history", 5).save())
+    original = [(e["key"], e["operation"], e["value"]) for e in written["kv"] if e["key"] != "short"]
+    check("ckv (connector copy of jskv): (key, operation, value) as nats.js kv.history() sees them",
+          sorted((e["key"], e["operation"], e["value"]) for e in node(workdir, "kv", url, "ckv")
+                 if e["key"] != "short"), sorted(original))
+
 
 if __name__ == "__main__":
     sys.exit(main())
