@@ -14,44 +14,36 @@ from ..protocol.stream_rules import StreamPlan, plan_stream
 log = get_logger("stream_admin")
 
 
+async def _carry_out(nc, plan: StreamPlan, what: str, options: str, prefix: str) -> None:
+    """Create or update the stream as ``plan`` says, naming ``what`` and its ``options`` on a refusal."""
+    try:
+        if plan.action == "create":
+            await jsapi.create_stream(nc, plan.config, prefix)
+        elif plan.action == "update":
+            await jsapi.update_stream(nc, plan.config, prefix)
+    except JetStreamApiError as exc:
+        raise StreamConfigError(
+            f"Could not {plan.action} {what}: {exc.description} (err_code {exc.err_code}). Check the {options} options."
+        ) from None
+    if plan.action != "none":
+        log.info("%s: %s", what[0].upper() + what[1:], "; ".join(plan.changes))
+
+
 async def ensure_stream(nc, opts: SinkOptions, needs_ttl: bool) -> StreamPlan:
     """Check (and per ``ensureStream`` create or update) the target stream; return what was done."""
     info = await jsapi.stream_info(nc, opts.stream, opts.api_prefix)
     plan = plan_stream(info["config"] if info else None, opts, needs_ttl)
-    try:
-        if plan.action == "create":
-            await jsapi.create_stream(nc, plan.config, opts.api_prefix)
-        elif plan.action == "update":
-            await jsapi.update_stream(nc, plan.config, opts.api_prefix)
-    except JetStreamApiError as exc:
-        raise StreamConfigError(
-            f"Could not {plan.action} stream '{opts.stream}': {exc.description} (err_code {exc.err_code}). "
-            "Check the 'stream.*' options."
-        ) from None
-    if plan.action != "none":
-        log.info("Stream %s: %s", opts.stream, "; ".join(plan.changes))
+    await _carry_out(nc, plan, f"stream '{opts.stream}'", "'stream.*'", opts.api_prefix)
     return plan
 
 
 async def ensure_bucket(nc, opts: SinkOptions, needs_ttl: bool, *, may_purge: bool) -> StreamPlan:
     """Check (and per ``ensureBucket`` create or update) the target KV bucket's stream; warn when its
     duplicate window is short (exactly-once holds only for a replay inside it)."""
-    name = kv.stream_name(opts.bucket)
-    info = await jsapi.stream_info(nc, name, opts.api_prefix)
+    info = await jsapi.stream_info(nc, kv.stream_name(opts.bucket), opts.api_prefix)
     plan = kv.plan_bucket(info["config"] if info else None, opts.bucket, opts.bucket_settings, opts.ensure_bucket,
                           needs_ttl=needs_ttl, may_purge=may_purge)
-    try:
-        if plan.action == "create":
-            await jsapi.create_stream(nc, plan.config, opts.api_prefix)
-        elif plan.action == "update":
-            await jsapi.update_stream(nc, plan.config, opts.api_prefix)
-    except JetStreamApiError as exc:
-        raise StreamConfigError(
-            f"Could not {plan.action} KV bucket '{opts.bucket}': {exc.description} (err_code {exc.err_code}). "
-            "Check the 'bucket.*' options."
-        ) from None
-    if plan.action != "none":
-        log.info("KV bucket %s: %s", opts.bucket, "; ".join(plan.changes))
+    await _carry_out(nc, plan, f"KV bucket '{opts.bucket}'", "'bucket.*'", opts.api_prefix)
     window = kv.short_duplicate_window(plan.config if plan.config else info["config"])
     if window is not None and opts.idempotent:
         log.warning("KV bucket %s de-duplicates message ids for %gs only (its duplicate window): a replay of a "
