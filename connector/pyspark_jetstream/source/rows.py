@@ -20,8 +20,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..protocol.headers import KV_OPERATION, MARKER_REASON, TTL, parse_headers
+from ..protocol.headers import KV_OPERATION, MARKER_REASON, TTL
 from ..protocol.ttl import InvalidTtl, server_ttl_seconds
+from . import header_columns
 
 SOURCE_SCHEMA_DDL = (
     "subject string, data binary, headers map<string, array<string>>, stream string, seq long, "
@@ -106,6 +107,38 @@ def _strings(values: list[bytes]) -> Any:
 KV_OPERATION_OF_MARKER = {"MaxAge": "PURGE", "Purge": "PURGE", "Remove": "DEL"}
 """How a KV reader sees a server-placed marker (nats-py's and nats.js's KV watchers map them so)."""
 
+_DERIVED = (TTL, MARKER_REASON, KV_OPERATION)
+"""The headers columns are derived from (their first value)."""
+
+_MAX_TTL_S = MAX_TIMESTAMP_US // 1_000_000 + 1
+"""A TTL this long already ends past Spark's timestamp range: longer ones are cut to it before the
+microsecond arithmetic, which would overflow int64 (``Nats-TTL: 9999999999999``)."""
+
+
+def _expiry(ttls: Any, times_us: Any, max_age_us: int) -> Any:
+    """``expires_at`` in microseconds: the earlier of timestamp + TTL (as the server applies it) and
+    timestamp + MaxAge; a ``never`` TTL is exempt from MaxAge; null past Spark's timestamp range.
+    Each distinct TTL value is parsed once (values repeat)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    distinct = pc.unique(ttls.drop_null())
+    seconds = []
+    for value in distinct.to_pylist():
+        try:
+            s = server_ttl_seconds(value)
+        except InvalidTtl:
+            s = None
+        seconds.append(None if s is None or s == 0 else min(s, _MAX_TTL_S))
+    ttl_s = pc.take(pa.array(seconds, pa.int64()), pc.index_in(ttls, value_set=distinct))
+    by_age = pc.add(times_us, max_age_us) if max_age_us else pa.nulls(len(ttls), pa.int64())
+    null = pa.scalar(None, pa.int64())
+    by_ttl = pc.if_else(pc.greater(ttl_s, 0), pc.add(times_us, pc.multiply(ttl_s, 1_000_000)), null)
+    expires = pc.min_element_wise(by_ttl, by_age)  # nulls skipped: whichever applies
+    expires = pc.if_else(pc.equal(ttl_s, -1), null, expires)  # never: exempt from MaxAge too
+    expires = pc.if_else(pc.is_null(ttl_s), by_age, expires)  # no TTL, or one the server ignores
+    return pc.if_else(pc.greater(expires, MAX_TIMESTAMP_US), null, expires)
+
 
 class RawBatch:
     """One batch's messages as the I/O loop received them, built into Arrow on Spark's thread."""
@@ -136,70 +169,39 @@ class RawBatch:
 
         cfg = self.config
         kv_prefix = cfg.kv_prefix
-        max_age_us = cfg.max_age_us
         n = len(self.seqs)
         ts_type = pa.timestamp("us", tz="UTC")
         times_us = pc.divide(pa.array(self.times, pa.int64()), 1000)
-        headers: list[Any] = [None] * n
-        ttls: list[str | None] = [None] * n
-        # The server removes a message by age at the earlier of timestamp + TTL and timestamp + MaxAge;
-        # only a 'never' TTL exempts it from MaxAge.
-        expires: list[int | None] = [t // 1000 + max_age_us for t in self.times] if max_age_us else [None] * n
-        markers: list[str | None] = [None] * n
-        ops: list[str | None] = ["PUT"] * n if kv_prefix else []
-        ttl_seconds: dict[str, int | None] = {}  # TTL values repeat; parse each once per batch
-        for i, block in enumerate(self.header_blocks):
-            if block is None:
-                continue
-            parsed = parse_headers(block)
-            if not parsed:
-                continue
-            headers[i] = list(parsed.items())
-            ttl = parsed.get(TTL)
-            if ttl:
-                ttls[i] = ttl[0]
-                if ttl[0] in ttl_seconds:
-                    seconds = ttl_seconds[ttl[0]]
-                else:
-                    try:
-                        seconds = server_ttl_seconds(ttl[0])
-                    except InvalidTtl:
-                        seconds = None
-                    ttl_seconds[ttl[0]] = seconds
-                if seconds == -1:
-                    expires[i] = None  # never
-                elif seconds and seconds > 0:
-                    by_ttl = self.times[i] // 1000 + seconds * 1_000_000
-                    expires[i] = by_ttl if expires[i] is None else min(expires[i], by_ttl)
-            marker = parsed.get(MARKER_REASON)
-            if marker:
-                markers[i] = marker[0]
-            if kv_prefix:
-                operation = parsed.get(KV_OPERATION)
-                if operation:
-                    ops[i] = operation[0]
-                elif marker:
-                    ops[i] = KV_OPERATION_OF_MARKER.get(marker[0])  # null for a reason not known here
-        expires = [e if e is None or e <= MAX_TIMESTAMP_US else None for e in expires]
+        decoded = header_columns.decode(self.header_blocks, cfg.schema.field("headers").type, _DERIVED)
+        ttls = decoded.first[TTL]
+        markers = decoded.first[MARKER_REASON]
+        expires = _expiry(ttls, times_us, cfg.max_age_us)
+        if kv_prefix:
+            # KV-Operation, else what a KV watcher makes of a server marker (null for a reason not
+            # known here), else a put.
+            of_marker = pc.take(pa.array(list(KV_OPERATION_OF_MARKER.values()), pa.string()),
+                                pc.index_in(markers, value_set=pa.array(list(KV_OPERATION_OF_MARKER), pa.string())))
+            ops = pc.coalesce(decoded.first[KV_OPERATION],
+                              pc.if_else(pc.is_null(markers), pa.scalar("PUT"), of_marker))
         columns = [
             _strings(self.subjects),
             pa.array(self.datas, pa.binary()),
-            pa.array(headers, cfg.schema.field("headers").type),
+            decoded.headers,
             pa.array([self.stream] * n, pa.string()),
             pa.array(self.seqs, pa.int64()),
             times_us.cast(ts_type),
-            pa.array(ttls, pa.string()),
-            pa.array(expires, pa.int64()).cast(ts_type),
-            pa.array(markers, pa.string()),
+            ttls,
+            expires.cast(ts_type),
+            markers,
         ]
         if kv_prefix:
             cut = len(kv_prefix)
             columns.append(_strings([s[cut:] for s in self.subjects]))
-            columns.append(pa.array(ops, pa.string()))
+            columns.append(ops)
         batch = pa.RecordBatch.from_arrays(columns, schema=cfg.schema)
-        if not cfg.include_markers and any(m is not None for m in markers):
+        if not cfg.include_markers and markers.null_count < n:
             # Decided on the parsed header name only: a look-alike name or value is not a marker.
-            batch = batch.filter(pa.array([m is None for m in markers]))
+            batch = batch.filter(pc.is_null(markers))
         if cfg.drop_removed_keys and kv_prefix:
             # A deleted or purged key (a server marker included) is not part of the bucket's state.
             batch = batch.filter(pc.invert(pc.is_in(batch.column("operation"), pa.array(["DEL", "PURGE"]))))

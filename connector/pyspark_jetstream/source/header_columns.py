@@ -1,0 +1,108 @@
+"""The header-derived columns of a batch, decoded column-wise with pyarrow, free of I/O.
+
+Almost every message a real stream holds carries headers (``Nats-Msg-Id`` and ``Nats-TTL``
+on anything an idempotent producer wrote), and decoding them row by row in Python was the
+largest per-message cost of a read. :func:`columnar` decodes a whole batch's blocks with
+pyarrow compute: split into lines, drop each block's status line, split name from value at
+the first ``:``, trim, group repeated names in order (one hash group-by), and take the
+values the source derives columns from (``Nats-TTL``, ``Nats-Marker-Reason``,
+``KV-Operation``) as vectorised look-ups.
+
+It returns ``None`` for a batch with a block outside the common shape: bytes that are not
+UTF-8, or any that are not ASCII (where pyarrow's and Python's notions of white space could
+differ; for ASCII both trim exactly ``str.isspace`` characters). :func:`per_row` then decodes that batch
+exactly as before, with :func:`~pyspark_jetstream.protocol.headers.parse_headers`. A
+differential test (``tests/unit/test_header_columns.py``) holds both to the same columns.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ..protocol.headers import parse_headers
+
+_PY_ASCII_WHITESPACE = " \t\n\x0b\x0c\r\x1c\x1d\x1e\x1f"
+"""What ``str.strip()`` removes from ASCII text (``str.isspace``), so that both paths trim alike."""
+
+
+@dataclass
+class HeaderColumns:
+    """``headers`` (map<string, list<string>>, null for a message without header lines) and, for
+    each name asked for, the first value per row (string, null when the name is absent)."""
+
+    headers: Any
+    first: dict[str, Any]
+
+
+def columnar(blocks: list[bytes | None], map_type: Any, names: tuple[str, ...]) -> HeaderColumns | None:
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    n = len(blocks)
+    try:
+        text = pa.array(blocks, pa.binary()).cast(pa.string())
+    except (pa.ArrowInvalid, UnicodeDecodeError):
+        return None  # not UTF-8 somewhere: the per-row path replaces what it cannot decode
+    if not pc.all(pc.string_is_ascii(text)).as_py():
+        return None  # Unicode white space is Python's to trim
+    lines_per_row = pc.list_slice(pc.split_pattern(text, "\r\n"), 1)  # the status line is not a header
+    lines = pc.list_flatten(lines_per_row)
+    rows = pc.list_parent_indices(lines_per_row)
+    parts = pc.split_pattern(lines, ":", max_splits=1)
+    is_header = pc.equal(pc.list_value_length(parts), 2)  # a line without ':' is not a header
+    parts, rows = parts.filter(is_header), rows.filter(is_header)
+    table = pa.table({
+        "row": rows,
+        "name": pc.ascii_trim(pc.list_element(parts, 0), _PY_ASCII_WHITESPACE),
+        "value": pc.ascii_trim(pc.list_element(parts, 1), _PY_ASCII_WHITESPACE),
+    })
+    # One group per (row, name), in order of first appearance, its values in order: the map's entries.
+    groups = table.group_by(["row", "name"], use_threads=False).aggregate([("value", "list")])
+    group_rows = groups.column("row").combine_chunks()
+    all_rows = pc.subtract(pc.cumulative_sum(pa.nulls(n, pa.int64()).fill_null(1)), 1)  # 0..n-1
+    # The groups are in row order: a row's map starts at its first group; a row with none is null.
+    m = len(group_rows)
+    starts = pc.indices_nonzero(pa.concat_arrays([
+        pa.array([True]), pc.not_equal(group_rows.slice(1), group_rows.slice(0, max(m - 1, 0)))]) if m else
+        pa.array([], pa.bool_()))
+    row_start = pc.take(starts, pc.index_in(all_rows, value_set=pc.take(group_rows, starts)))
+    offsets = pa.concat_arrays([row_start.cast(pa.int32()), pa.array([m], pa.int32())])
+    keys = groups.column("name").combine_chunks()
+    items = groups.column("value_list").combine_chunks()
+    headers = pa.MapArray.from_arrays(offsets, keys, items, type=map_type)
+    first: dict[str, Any] = {}
+    for name in names:
+        named = pc.equal(keys, name)
+        where = pc.index_in(all_rows, value_set=group_rows.filter(named))
+        first[name] = pc.take(pc.list_element(items.filter(named), 0), where)
+    return HeaderColumns(headers, first)
+
+
+def per_row(blocks: list[bytes | None], map_type: Any, names: tuple[str, ...]) -> HeaderColumns:
+    """Any batch, one block at a time with the protocol's header parser (bytes that are not UTF-8
+    become U+FFFD)."""
+    import pyarrow as pa
+
+    n = len(blocks)
+    headers: list[Any] = [None] * n
+    first: dict[str, list[str | None]] = {name: [None] * n for name in names}
+    for i, block in enumerate(blocks):
+        if block is None:
+            continue
+        parsed = parse_headers(block)
+        if not parsed:
+            continue
+        headers[i] = list(parsed.items())
+        for name in names:
+            values = parsed.get(name)
+            if values:
+                first[name][i] = values[0]
+    return HeaderColumns(pa.array(headers, map_type), {k: pa.array(v, pa.string()) for k, v in first.items()})
+
+
+def decode(blocks: list[bytes | None], map_type: Any, names: tuple[str, ...]) -> HeaderColumns:
+    """Column-wise when the batch has the common shape, else row by row: the same columns either way."""
+    if all(block is None for block in blocks):
+        return per_row(blocks, map_type, names)
+    return columnar(blocks, map_type, names) or per_row(blocks, map_type, names)

@@ -1,0 +1,158 @@
+"""The column-wise header decoding against the per-row one it replaces on the hot path: random header
+blocks (repeated names, empty values, colons in values, tabs, status lines, lines without a colon,
+non-ASCII and non-UTF-8 bytes) give identical columns, and the common shapes do take the fast path."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pyspark_jetstream.source import header_columns
+from pyspark_jetstream.source.rows import BatchBuilder, arrow_schema
+
+MAP = arrow_schema(True).field("headers").type
+NAMES = ("Nats-TTL", "Nats-Marker-Reason", "KV-Operation")
+
+name = st.sampled_from(["Nats-TTL", "Nats-Msg-Id", "Nats-Marker-Reason", "KV-Operation", "X-Rep", "x-rep",
+                        "X-Nats-Marker-Reason", " Padded ", "\tTabbed\x0c", "", "Ünïcode"]) | st.text(min_size=0, max_size=6) \
+    | st.text(alphabet=st.characters(max_codepoint=127), max_size=6)
+value = st.sampled_from(["1h", "never", "9999999999999", "0", "", "abc", "5s", "  spaced  ", "a:b:c", "\tTab\t",
+                         "MaxAge", "Purge", "Remove", "DEL", "PURGE", "é", "\x1c", "x\ny"]) | st.text(max_size=8) \
+    | st.text(alphabet=st.characters(max_codepoint=127), max_size=8)
+line = st.one_of(st.builds(lambda n, v: f"{n}:{v}", name, value),
+                 st.builds(lambda n, v: f"{n}: {v}", name, value),
+                 st.text(max_size=8), st.text(alphabet=st.characters(max_codepoint=127), max_size=8))
+status = st.sampled_from(["NATS/1.0", "NATS/1.0 100 Idle Heartbeat", "NATS/1.0 408 Request: Timeout"])
+block = st.one_of(
+    st.none(),
+    st.builds(lambda s, ls: (s + "\r\n" + "".join(f"{x}\r\n" for x in ls) + "\r\n").encode(), status,
+              st.lists(line, max_size=6)),
+    st.binary(max_size=40),  # anything the server could hold, UTF-8 or not
+)
+
+
+def same(a: header_columns.HeaderColumns, b: header_columns.HeaderColumns) -> None:
+    assert a.headers.to_pylist() == b.headers.to_pylist()
+    assert a.headers.type == b.headers.type
+    for key in NAMES:
+        assert a.first[key].to_pylist() == b.first[key].to_pylist(), key
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(block, max_size=12))
+def test_columnar_and_per_row_decode_every_batch_the_same(blocks):
+    fast = header_columns.columnar(blocks, MAP, NAMES)
+    slow = header_columns.per_row(blocks, MAP, NAMES)
+    if fast is not None:
+        same(fast, slow)
+    same(header_columns.decode(blocks, MAP, NAMES), slow)
+
+
+def test_the_common_shapes_take_the_column_wise_path():
+    sink = b"NATS/1.0\r\nNats-Msg-Id: q:1:SRC.9\r\nNats-TTL: 3600\r\n\r\n"
+    rich = b"NATS/1.0\r\nNats-Msg-Id: a\r\nNats-TTL: 1h\r\nX-A: 1\r\nX-Rep: 1\r\nX-Rep: 2\r\nX-B: \t b \r\n\r\n"
+    marker = b"NATS/1.0\r\nNats-Marker-Reason: MaxAge\r\nNats-TTL: 1m0s\r\n\r\n"
+    fast = header_columns.columnar([sink, None, rich, marker, b"NATS/1.0\r\n\r\n"], MAP, NAMES)
+    assert fast is not None
+    assert fast.headers.to_pylist() == [
+        [("Nats-Msg-Id", ["q:1:SRC.9"]), ("Nats-TTL", ["3600"])], None,
+        [("Nats-Msg-Id", ["a"]), ("Nats-TTL", ["1h"]), ("X-A", ["1"]), ("X-Rep", ["1", "2"]), ("X-B", ["b"])],
+        [("Nats-Marker-Reason", ["MaxAge"]), ("Nats-TTL", ["1m0s"])], None]
+    assert fast.first["Nats-TTL"].to_pylist() == ["3600", None, "1h", "1m0s", None]
+    assert fast.first["Nats-Marker-Reason"].to_pylist() == [None, None, None, "MaxAge", None]
+    # Outside the common shape: the per-row path decides.
+    assert header_columns.columnar([b"NATS/1.0\r\nX: \xff\r\n\r\n"], MAP, NAMES) is None
+    assert header_columns.columnar([b"NATS/1.0\r\nX: \xc3\xa9\r\n\r\n"], MAP, NAMES) is None  # not ASCII
+    odd = [b"NATS/1.0\r\nX: \x1c v\x1f\r\n\tY\x0b:\ta\nb \r\nno colon\r\n:\r\n\r\n"]  # ASCII white space
+    assert header_columns.columnar(odd, MAP, NAMES).headers.to_pylist() == [[("X", ["v"]), ("Y", ["a\nb"]), ("", [""])]]
+    same(header_columns.columnar(odd, MAP, NAMES), header_columns.per_row(odd, MAP, NAMES))
+
+
+ttl_value = st.sampled_from(["1h", "never", "NEVER", "9999999999999", "18446744073709551615", "0", "", " 5", "abc",
+                             "500ms", "1s", "2m30s", "60", "1", "-1"])
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.one_of(st.none(), ttl_value), st.sampled_from([None, "MaxAge", "Remove", "Odd"]),
+                          st.sampled_from([None, "DEL", "PURGE", ""])), max_size=10),
+       st.sampled_from([0.0, 3.0, 86400.0]), st.booleans())
+def test_batches_built_either_way_are_identical(monkeypatch_free_rows, max_age, include_markers):
+    """The whole RecordBatch (ttl, expires_at, marker_reason, KV operation, markers filtered or not)."""
+    def batch(force_per_row: bool):
+        builder = BatchBuilder("KV_B", include_markers=include_markers, kv_bucket="B", max_age=max_age)
+        for i, (ttl, marker, op) in enumerate(monkeypatch_free_rows):
+            lines = [f"Nats-TTL: {ttl}"] if ttl is not None else []
+            lines += [f"Nats-Marker-Reason: {marker}"] if marker else []
+            lines += [f"KV-Operation: {op}"] if op is not None else []
+            block = ("NATS/1.0\r\n" + "".join(f"{x}\r\n" for x in lines) + "\r\n").encode() if lines else None
+            builder.add(f"$KV.B.k{i}".encode(), b"v", block, i + 1, 1_700_000_000_000_000_000 + i)
+        original = header_columns.columnar
+        if force_per_row:
+            header_columns.columnar = lambda *a: None
+        try:
+            return builder.build()
+        finally:
+            header_columns.columnar = original
+
+    fast, slow = batch(False), batch(True)
+    assert fast.schema == slow.schema and fast.to_pylist() == slow.to_pylist()
+    # And both equal the row-by-row rules the column-wise ones replaced.
+    assert fast.to_pylist() == reference_rows(monkeypatch_free_rows, max_age, include_markers)
+
+
+def reference_rows(rows, max_age: float, include_markers: bool) -> list[dict]:
+    """The per-row derivation of ttl, expires_at, marker_reason and the KV operation, as the source
+    built them before the column-wise path (kept here as the reference)."""
+    import datetime as dt
+
+    from pyspark_jetstream.protocol.headers import parse_headers
+    from pyspark_jetstream.protocol.ttl import InvalidTtl, server_ttl_seconds
+    from pyspark_jetstream.source.rows import KV_OPERATION_OF_MARKER, MAX_TIMESTAMP_US
+
+    out = []
+    for i, (ttl, marker, op) in enumerate(rows):
+        lines = [f"Nats-TTL: {ttl}"] if ttl is not None else []
+        lines += [f"Nats-Marker-Reason: {marker}"] if marker else []
+        lines += [f"KV-Operation: {op}"] if op is not None else []
+        parsed = parse_headers(("NATS/1.0\r\n" + "".join(f"{x}\r\n" for x in lines) + "\r\n").encode())
+        t_us = (1_700_000_000_000_000_000 + i) // 1000
+        expires = t_us + int(max_age * 1_000_000) if max_age else None
+        ttl_col = marker_col = None
+        operation = "PUT"
+        if parsed.get("Nats-TTL"):
+            ttl_col = parsed["Nats-TTL"][0]
+            try:
+                seconds = server_ttl_seconds(ttl_col)
+            except InvalidTtl:
+                seconds = None
+            if seconds == -1:
+                expires = None
+            elif seconds and seconds > 0:
+                by_ttl = t_us + seconds * 1_000_000
+                expires = by_ttl if expires is None else min(expires, by_ttl)
+        if parsed.get("Nats-Marker-Reason"):
+            marker_col = parsed["Nats-Marker-Reason"][0]
+        if parsed.get("KV-Operation"):
+            operation = parsed["KV-Operation"][0]
+        elif marker_col is not None:
+            operation = KV_OPERATION_OF_MARKER.get(marker_col)
+        if expires is not None and expires > MAX_TIMESTAMP_US:
+            expires = None
+        if marker_col is not None and not include_markers:
+            continue
+        out.append({
+            "subject": f"$KV.B.k{i}", "data": b"v", "headers": list(parsed.items()) or None, "stream": "KV_B",
+            "seq": i + 1, "timestamp": dt.datetime.fromtimestamp(t_us / 1e6, dt.timezone.utc).replace(
+                microsecond=t_us % 1_000_000),
+            "ttl": ttl_col, "marker_reason": marker_col, "key": f"k{i}", "operation": operation,
+            "expires_at": None if expires is None else dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
+            + dt.timedelta(microseconds=expires),
+        })
+    return out
+
+
+def test_an_empty_batch_and_a_batch_without_headers():
+    for blocks in ([], [None, None]):
+        same(header_columns.decode(blocks, MAP, NAMES), header_columns.per_row(blocks, MAP, NAMES))
+    assert isinstance(header_columns.decode([], MAP, NAMES).headers, pa.Array)
