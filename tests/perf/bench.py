@@ -265,6 +265,22 @@ def connector_batch_write(spark, url: str, stream: str, rows: int, size: int, pa
     return elapsed
 
 
+def fill_with_the_sink(spark, url: str, stream: str, rows: int, size: int, rich: bool) -> None:
+    """The connector's own output: every message with a generated Nats-Msg-Id and a Nats-TTL; with
+    ``rich``, three user headers too (X-Tag twice)."""
+    from pyspark.sql import functions as F
+
+    df = spark.range(rows, numPartitions=2).select(
+        F.concat(F.lit(f"{stream}.s"), (F.col("id") % 8).cast("string")).alias("subject"),
+        F.expr(f"cast(repeat('x', {size}) as binary)").alias("data"), F.lit("1h").alias("ttl"))
+    if rich:
+        df = df.withColumn("headers", F.create_map(
+            F.lit("X-Tenant"), F.array(F.lit("acme")), F.lit("X-Trace"), F.array(F.col("subject")),
+            F.lit("X-Tag"), F.array(F.lit("blue"), F.lit("green"))))
+    df.write.format("jetstream").mode("append").option("servers", url).option("stream", stream).save()
+    assert asyncio.run(stream_messages(url, stream)) == rows
+
+
 def run_until(df, count: int) -> float:
     """Run a streaming DataFrame (default trigger) until it has delivered ``count`` rows."""
     import tempfile
@@ -464,6 +480,15 @@ def main() -> int:
             for parts in (1, 2):
                 t, rss = timed(connector_batch_read, spark, url, name, parts, repeat=repeat)
                 results.append(Result(f"batch read {label}, {parts} partition(s)", rows, size, t, base, rss))
+            # What users' streams hold: the sink's own output (Nats-Msg-Id + Nats-TTL), and a rich set
+            # (those plus three user headers, one repeated), read like the header-less one beside it.
+            plain = f"batch read {label}, 2 partition(s)"
+            for kind, what in (("S", "the sink's headers"), ("R", "rich headers")):
+                headered = f"{name}{kind}"
+                asyncio.run(make_stream(url, headered))
+                fill_with_the_sink(spark, url, headered, rows, size, rich=kind == "R")
+                t, rss = timed(connector_batch_read, spark, url, headered, 2, repeat=repeat)
+                results.append(Result(f"batch read {label} with {what}, 2 partition(s)", rows, size, t, plain, rss))
             if size == 100:
                 t, rss = timed(connector_stream_read, spark, url, name, 2, 100_000, repeat=repeat)
                 results.append(Result(f"streaming read {label} (AvailableNow, 100k/trigger)", rows, size, t, base, rss))

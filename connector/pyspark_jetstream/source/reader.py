@@ -211,7 +211,8 @@ class JetStreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
 
     def __init__(self, opts: SourceOptions) -> None:
         self.opts = opts
-        self._latest: int | None = None
+        self._latest: StreamBounds | None = None
+        self._planned: tuple[dict, StreamBounds] | None = None  # the last end offset planned, and its facts
         self._target: int | None = None
         self._last_batch = time.monotonic()  # when the last micro-batch was planned (maxTriggerDelay)
 
@@ -246,6 +247,7 @@ class JetStreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
             # the read limits (a snapshot is not cut by sequences); its end offset says so for replays.
             end = self._offset(max(latest, first), bounds)
             end[SNAPSHOT] = True
+            self._planned = (end, bounds)
             return end
         if self._target is None and reset is None and self.opts.min_messages_per_trigger is not None:
             now = time.monotonic()
@@ -258,6 +260,7 @@ class JetStreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         end = self._offset(end_seq(first, latest, max_rows), bounds)
         if reset is not None:
             end["reset"] = reset  # this batch reads (reset, end] of the new stream, on replays too
+        self._planned = (end, bounds)
         return end
 
     def reportLatestOffset(self) -> dict | None:
@@ -272,7 +275,10 @@ class JetStreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
             s = int(end["reset"])  # the batch that follows a recreation of the stream
         if e <= s:
             return []
-        bounds = _bounds(self.opts)
+        # One STREAM.INFO per micro-batch: the facts latestOffset just fetched to plan this very end
+        # offset serve here too; a batch planned before a restart (a replay) asks the server again.
+        planned = self._planned
+        bounds = planned[1] if planned is not None and planned[0] == end else _bounds(self.opts)
         if identity_change(end, bounds) is not None:
             # Planned (and logged) against a stream that has been recreated since: a replay after a crash.
             _recreated(self.opts, end, bounds, "This micro-batch's range belonged to the old stream and is skipped")
