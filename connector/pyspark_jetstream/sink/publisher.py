@@ -37,7 +37,9 @@ import json
 import time
 from dataclasses import dataclass
 
+from ..client.nats_internals import raw_subscribe, raw_unsubscribe
 from ..errors import AckTimeoutError, JetStreamConnectorError
+from ..protocol.headers import parse_status
 
 RETRY_503_INTERVAL = 0.25
 """Seconds between resends of frames answered by 503 in a cluster (nats.go's publish retry wait)."""
@@ -47,6 +49,11 @@ RESEND_AFTER_SILENCE = 2.0
 
 DEAD_LETTER_TAG = "d"
 """Reply-token prefix that marks a dead-letter publish (``<inbox>.d<position>``)."""
+
+
+def _status_of(headers: bytes | None) -> int:
+    """The status code of an empty reply (``NATS/1.0 503`` when no stream took the message)."""
+    return parse_status(headers)[0] if headers else 0
 
 
 @dataclass(frozen=True)
@@ -103,15 +110,23 @@ class Publisher:
         inbox = self._nc.new_inbox()
         self.reply_prefix = inbox + "."
         self._prefix_len = len(self.reply_prefix)
-        self._sub = await self._nc.subscribe(
-            inbox + ".*", cb=self._on_ack, pending_msgs_limit=-1, pending_bytes_limit=-1
-        )
+        # PubAcks arrive as raw frames, straight from nats-py's parser: no Msg, queue or task per ack.
+        self._sub = await raw_subscribe(self._nc, inbox + ".*", self._on_ack_frame)
         return self
 
-    async def _on_ack(self, msg) -> None:
-        token = msg.subject[self._prefix_len :]
-        data = msg.data
-        retryable = not data and self._retry_503 and token in self._inflight and self._status_of(msg) == 503
+    def _on_ack_frame(self, subject: bytes, reply: bytes, data: bytes, headers: bytes | None) -> None:
+        """Called by nats-py's parser for every PubAck: must never raise into it. A failure here fails
+        the write (the next wait raises it) instead of losing the ack to a log line."""
+        try:
+            self._on_ack(subject[self._prefix_len:].decode(), data, headers)
+        except Exception as exc:
+            if self._send_error is None:
+                self._send_error = exc
+            self._room.set()
+            self._done.set()
+
+    def _on_ack(self, token: str, data: bytes, headers: bytes | None) -> None:
+        retryable = not data and self._retry_503 and token in self._inflight and _status_of(headers) == 503
         if retryable and self._schedule_retry(token):
             return
         sent = self._inflight.pop(token, None)
@@ -121,7 +136,7 @@ class Publisher:
         self._last_progress = time.monotonic()
         dead_letter = token.startswith(DEAD_LETTER_TAG)
         if not data:
-            status = self._status_of(msg)
+            status = _status_of(headers)
             description = (
                 "no stream captures this subject (no responders)" if status == 503 else f"status {status}"
             )
@@ -144,10 +159,6 @@ class Publisher:
         if inflight == 0:
             self._done.set()
 
-    @staticmethod
-    def _status_of(msg) -> int:
-        status = str((msg.headers or {}).get("Status", "")) if msg.headers else ""
-        return int(status) if status.isdigit() else 0
 
     def _schedule_retry(self, token: str) -> bool:
         """Queue ``token`` for a resend unless its 503s have lasted ``ackTimeout``."""
@@ -235,8 +246,9 @@ class Publisher:
                 raise self._closed_error()
             if self._send_error is not None:
                 raise JetStreamConnectorError(
-                    f"Resending {len(self._inflight)} publishes failed ({type(self._send_error).__name__}: "
-                    f"{self._send_error}); the task fails so that Spark retries it.")
+                    f"Publishing failed in the background ({type(self._send_error).__name__}: {self._send_error}) "
+                    f"while {len(self._inflight)} publishes awaited their PubAck; the task fails so that Spark "
+                    "retries it.")
             try:
                 await asyncio.wait_for(event.wait(), timeout=1.0)
             except asyncio.TimeoutError:
@@ -303,5 +315,5 @@ class Publisher:
         if self._sub is not None:
             # The connection may already be gone; then there is nothing left to release.
             with contextlib.suppress(Exception):
-                await self._sub.unsubscribe()
+                await raw_unsubscribe(self._nc, self._sub)
             self._sub = None
