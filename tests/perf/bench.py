@@ -31,6 +31,7 @@ class Result:
     seconds: float
     baseline: str | None = None
     rss_mib: float | None = None
+    ceiling: str | None = None  # the socket client's row for the same work (ceiling.py)
 
     @property
     def rows_per_s(self) -> float:
@@ -401,12 +402,14 @@ def write_chart(results: list[Result], path: str) -> None:
 
     labels = [r.path for r in results]
     values = [r.rows_per_s / 1000 for r in results]
-    colors = ["#3aa657" if r.path.startswith("memory") else "#9aa5b1" if r.baseline is None else "#2f6fdf"
+    colors = ["#3aa657" if r.path.startswith("memory") else "#c0392b" if r.path.startswith("ceiling")
+              else "#9aa5b1" if r.baseline is None else "#2f6fdf"
               for r in results]
     fig, ax = plt.subplots(figsize=(11, 0.45 * len(results) + 1.5))
     ax.barh(labels, values, color=colors)
     ax.invert_yaxis()
-    ax.set_xlabel("thousand rows/s (grey: baseline measured in the same run; green: memory runs)")
+    ax.set_xlabel("thousand rows/s (red: the socket-client ceiling and grey: the baseline, both measured in the "
+                  "same run; green: memory runs)")
     ax.set_title("pyspark-jetstream throughput by path and message size")
     for y, v in enumerate(values):
         ax.text(v, y, f" {v:,.0f}k", va="center", fontsize=8)
@@ -418,15 +421,17 @@ def print_table(results: list[Result]) -> str:
     """Print the Markdown table and return it."""
     by_path = {r.path: r for r in results}
     lines = [
-        "| path | rows | size | rows/s | MB/s | ratio to baseline | worker peak RSS |",
-        "|---|---:|---:|---:|---:|---:|---:|",
+        "| path | rows | size | rows/s | MB/s | ratio to baseline | fraction of ceiling | worker peak RSS |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in results:
         ratio = f"{r.rows_per_s / by_path[r.baseline].rows_per_s:.2f}x ({r.baseline})" if r.baseline else "baseline"
-        if r.baseline is None and r.path.startswith("memory"):
-            ratio = ""
+        if r.baseline is None and (r.path.startswith("memory") or r.path.startswith("ceiling")):
+            ratio = "ceiling" if r.path.startswith("ceiling") else ""
+        top = f"{r.rows_per_s / by_path[r.ceiling].rows_per_s:.2f}" if r.ceiling else ""
         rss = f"{r.rss_mib:.0f} MiB" if r.rss_mib is not None else ""
-        lines.append(f"| {r.path} | {r.rows:,} | {r.size} B | {r.rows_per_s:,.0f} | {r.mb_per_s:.1f} | {ratio} | {rss} |")
+        lines.append(f"| {r.path} | {r.rows:,} | {r.size} B | {r.rows_per_s:,.0f} | {r.mb_per_s:.1f} | {ratio} | {top} "
+                     f"| {rss} |")
     table = "\n".join(lines)
     print(table)
     return table
@@ -451,6 +456,7 @@ def main() -> int:
     os.environ["PYTHONPATH"] = here + os.pathsep + os.environ.get("PYTHONPATH", "")
     sys.path.insert(0, here)
 
+    import ceiling
     from pyspark.sql import SparkSession
     from pyspark.sql import functions as F
 
@@ -475,11 +481,14 @@ def main() -> int:
             connector_batch_read(spark, url, name, 2)  # warm-up
             label = f"{rows // 1000}k x {size} B"
             base = f"raw nats-py pull to Arrow {label}"
+            top = f"ceiling: socket pull to Arrow {label}"
+            results.append(Result(top, rows, size, min(asyncio.run(ceiling.pull_to_arrow(url, name, rows))
+                                                       for _ in range(repeat))))
             raw = min(asyncio.run(raw_pull_to_arrow(url, name, rows)) for _ in range(repeat))
-            results.append(Result(base, rows, size, raw))
+            results.append(Result(base, rows, size, raw, ceiling=top))
             for parts in (1, 2):
                 t, rss = timed(connector_batch_read, spark, url, name, parts, repeat=repeat)
-                results.append(Result(f"batch read {label}, {parts} partition(s)", rows, size, t, base, rss))
+                results.append(Result(f"batch read {label}, {parts} partition(s)", rows, size, t, base, rss, top))
             # What users' streams hold: the sink's own output (Nats-Msg-Id + Nats-TTL), and a rich set
             # (those plus three user headers, one repeated), read like the header-less one beside it.
             plain = f"batch read {label}, 2 partition(s)"
@@ -487,11 +496,16 @@ def main() -> int:
                 headered = f"{name}{kind}"
                 asyncio.run(make_stream(url, headered))
                 fill_with_the_sink(spark, url, headered, rows, size, rich=kind == "R")
+                top_h = f"ceiling: socket pull to Arrow {label} with {what}"
+                results.append(Result(top_h, rows, size, min(asyncio.run(ceiling.pull_to_arrow(url, headered, rows))
+                                                              for _ in range(repeat))))
                 t, rss = timed(connector_batch_read, spark, url, headered, 2, repeat=repeat)
-                results.append(Result(f"batch read {label} with {what}, 2 partition(s)", rows, size, t, plain, rss))
+                results.append(Result(f"batch read {label} with {what}, 2 partition(s)", rows, size, t, plain, rss,
+                                      top_h))
             if size == 100:
                 t, rss = timed(connector_stream_read, spark, url, name, 2, 100_000, repeat=repeat)
-                results.append(Result(f"streaming read {label} (AvailableNow, 100k/trigger)", rows, size, t, base, rss))
+                results.append(Result(f"streaming read {label} (AvailableNow, 100k/trigger)", rows, size, t, base, rss,
+                                      top))
                 naive = naive_stream_read(spark, url, name, naive_rows)
                 nbase = f"naive driver-fetch source {naive_rows // 1000}k x {size} B"
                 results.append(Result(nbase, naive_rows, size, naive))
@@ -512,9 +526,11 @@ def main() -> int:
         connector_batch_write(spark, url, "WARM", 5_000, 100, 2)
         n = 0
         for rows, size in write_sets:
-            raw_best = conn_best = float("inf")
+            raw_best = conn_best = top_best = float("inf")
             for _ in range(repeat):
                 n += 1
+                asyncio.run(make_stream(url, f"TOP{n}"))
+                top_best = min(top_best, asyncio.run(ceiling.publish(url, f"TOP{n}", rows, size)))
                 asyncio.run(make_stream(url, f"RAW{n}"))
                 raw_best = min(raw_best, asyncio.run(raw_publish(url, f"RAW{n}", rows, size)))
                 asyncio.run(make_stream(url, f"CONN{n}"))
@@ -522,8 +538,11 @@ def main() -> int:
                 assert asyncio.run(stream_messages(url, f"CONN{n}")) == rows
             label = f"{rows // 1000}k x {size} B"
             base = f"raw nats-py publish {label}"
-            results.append(Result(base, rows, size, raw_best))
-            results.append(Result(f"batch write {label}, TTL + msg id, 2 partitions", rows, size, conn_best, base))
+            top = f"ceiling: socket publish {label}"
+            results.append(Result(top, rows, size, top_best))
+            results.append(Result(base, rows, size, raw_best, ceiling=top))
+            results.append(Result(f"batch write {label}, TTL + msg id, 2 partitions", rows, size, conn_best, base,
+                                  ceiling=top))
             if size == 100:
                 parquet_dir = os.path.join(args.out, ".tmp-parquet")
                 (spark.range(rows, numPartitions=2)
@@ -535,7 +554,7 @@ def main() -> int:
                     asyncio.run(api_once(url, "SWRITE", r))
                     best = min(best, connector_stream_write(spark, url, "SWRITE", parquet_dir))
                 results.append(Result(f"streaming write {label} (Parquet files -> jetstream, addBatch time)",
-                                      rows, size, best, base))
+                                      rows, size, best, base, ceiling=top))
 
         # ---- latency
         asyncio.run(make_stream(url, "LAT"))
