@@ -153,3 +153,13 @@ def test_key_rule_matches_nats_py(key, ok):
     from nats.js.kv import _is_key_valid
 
     assert kv.is_valid_key(key) is ok is _is_key_valid(key)
+
+
+def test_a_kafka_style_key_column_on_a_stream_write_says_what_to_do():
+    with pytest.raises(SchemaError, match="subject does the job of Kafka's key.*option 'bucket'"):
+        layout_from_schema(StructType([StructField("key", StringType()), StructField("data", StringType())]),
+                           has_default_subject=False)
+    with pytest.raises(SchemaError) as info:  # a bucket read (key and operation) without a subject: no Kafka hint
+        layout_from_schema(StructType([StructField("key", StringType()), StructField("operation", StringType()),
+                                       StructField("data", StringType())]), has_default_subject=False)
+    assert "Kafka" not in str(info.value)

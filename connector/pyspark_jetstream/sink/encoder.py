@@ -148,7 +148,12 @@ def layout_from_schema(schema: Any, *, has_default_subject: bool, bucket: bool =
         if subject is not None and not isinstance(subject.dataType, StringType):
             raise bad_type("subject", "string")
         if subject is None and not has_default_subject:
-            raise SchemaError("Rows need a subject: add a 'subject' column (string) or set the option 'subject'.")
+            kafka_key = "key" in by_name and "operation" not in by_name  # a Kafka habit, not a bucket read
+            raise SchemaError(
+                "Rows need a subject: add a 'subject' column (string) or set the option 'subject'."
+                + (" The 'key' column is not one: in JetStream the subject does the job of Kafka's key (rename "
+                   "it to 'subject'), or write key operations to a KV bucket with the option 'bucket'."
+                   if kafka_key else ""))
 
     headers = by_name.get("headers")
     multi = False
