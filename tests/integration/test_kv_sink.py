@@ -169,17 +169,35 @@ def test_a_streaming_query_materialises_the_latest_value_per_key(spark, nats_ser
     nats_client.add_stream(stream_name, [f"{stream_name}.>"])
     publish(nats_client, f"{stream_name}.dev{{i}}", 4)  # m0..m3 on dev0..dev3
     publish(nats_client, f"{stream_name}.dev1", 1, start=9)  # dev1 again: m9
+    assert "error" not in nats_client.publish_raw(f"{stream_name}.dev2", None, b"gone")  # a delete of dev2
     rows = (spark.readStream.format("jetstream").option("servers", nats_server.url).option("stream", stream_name)
             .option("startingOffsets", "earliest").option("maxMessagesPerTrigger", 3).load()
-            .select(F.element_at(F.split("subject", r"\."), -1).alias("key"), "data", "stream", "seq"))
+            .select(F.element_at(F.split("subject", r"\."), -1).alias("key"), "data",
+                    F.when(F.col("data") == F.lit(b"gone"), "DEL").alias("operation"), "stream", "seq"))
     query = (rows.writeStream.format("jetstream").option("servers", nats_server.url).option("bucket", stream_name)
              .option("ensureBucket", "create").option("checkpointLocation", str(tmp_path / "cp"))
              .trigger(availableNow=True).start())
     finished(query)
     kv = kv_of(nats_client, stream_name)
     assert {k: latest(nats_client, kv, k) for k in ("dev0", "dev1", "dev2", "dev3")} == {
-        "dev0": b"m0", "dev1": b"m9", "dev2": b"m2", "dev3": b"m3"}
-    assert [p.numInputRows for p in query.recentProgress if p.numInputRows] == [3, 2]
+        "dev0": b"m0", "dev1": b"m9", "dev2": "DEL", "dev3": b"m3"}
+    assert sorted(nats_client.run(kv.keys())) == ["dev0", "dev1", "dev3"]
+    assert history(nats_client, kv, "dev1") == [("PUT", b"m9")]  # history 1: the latest value only
+    assert history(nats_client, kv, "dev2") == [("DEL", b"")]
+
+    async def watched():
+        watcher = await kv.watchall()
+        seen = []
+        async for entry in watcher:
+            if entry is None:
+                break
+            seen.append((entry.key, entry.operation or "PUT", entry.value))
+        await watcher.stop()
+        return sorted(seen)
+
+    assert nats_client.run(watched()) == [("dev0", "PUT", b"m0"), ("dev1", "PUT", b"m9"), ("dev2", "DEL", b""),
+                                          ("dev3", "PUT", b"m3")]
+    assert [p.numInputRows for p in query.recentProgress if p.numInputRows] == [3, 3]
 
 
 def test_a_streaming_write_to_a_bucket_replayed_after_a_crash_is_exactly_once(spark, nats_server, nats_client,

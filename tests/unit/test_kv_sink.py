@@ -40,7 +40,7 @@ def sent(frame_tuple):
 def test_put_del_and_purge_go_on_the_wire_as_nats_py_sends_them():
     enc = encoder(default_ttl="30")
     out = enc.encode(batch(key=["a", "b.c", "d", "e"], data=[b"v1", b"ignored", b"ignored", b"v4"],
-                           operation=[None, "DEL", "purge", "PUT"], ttl=[None, None, "1h", "never"],
+                           operation=[None, "DEL", "PURGE", "PUT"], ttl=[None, None, "1h", "never"],
                            expected_revision=[None, None, None, 0]), 0, "_INBOX.x.")
     assert out.rejected == []
     assert [sent(f) for f in out.frames] == [
@@ -56,15 +56,15 @@ def test_put_del_and_purge_go_on_the_wire_as_nats_py_sends_them():
 
 
 def test_bad_keys_unknown_operations_and_a_ttl_on_del_are_row_refusals_naming_the_key():
-    out = encoder().encode(batch(key=["ok", ".bad", "sp ace", None, "k2", "k3", "k4"],
-                                 data=[b"x"] * 7, operation=[None, None, None, None, "UPSERT", "DEL", None],
-                                 ttl=[None, None, None, None, None, "5s", None],
-                                 expected_revision=[None, None, None, None, None, None, -1]), 10, "r.")
+    out = encoder().encode(batch(key=["ok", ".bad", "sp ace", None, "k2", "k3", "k4", "k5"],
+                                 data=[b"x"] * 8, operation=[None, None, None, None, "UPSERT", "DEL", None, "del"],
+                                 ttl=[None, None, None, None, None, "5s", None, None],
+                                 expected_revision=[None, None, None, None, None, None, -1, None]), 10, "r.")
     assert [sent(f)[0] for f in out.frames] == ["$KV.B.ok"]
     got = [(r.position, r.column, r.value, r.subject) for r in out.rejected]
     assert got == [(11, "key", ".bad", "$KV.B..bad"), (12, "key", "sp ace", "$KV.B.sp ace"), (13, "key", None, None),
                    (14, "operation", "UPSERT", "$KV.B.k2"), (15, "ttl", "5s", "$KV.B.k3"),
-                   (16, "expected_revision", -1, "$KV.B.k4")]
+                   (16, "expected_revision", -1, "$KV.B.k4"), (17, "operation", "del", "$KV.B.k5")]
     assert "cannot carry a TTL" in out.rejected[4].reason and "operation PURGE" in out.rejected[4].reason
     # A DEL with a zero or null TTL is a plain delete.
     fine = encoder().encode(batch(key=["k"], data=[b""], operation=["DEL"], ttl=["0"], expected_revision=[None]), 0, "r.")

@@ -63,14 +63,11 @@ def subject_prefix(bucket: str) -> str:
 
 
 def parse_operation(value: Any) -> str | None:
-    """A row's ``operation``: null means ``PUT``; the three names in any case; anything else None."""
+    """A row's ``operation``: null means ``PUT``; ``PUT``, ``DEL`` or ``PURGE`` as KV names them;
+    anything else (other spellings included) None, a row refusal."""
     if value is None:
         return PUT
-    if isinstance(value, str):
-        upper = value.strip().upper()
-        if upper in OPERATIONS:
-            return upper
-    return None
+    return value if value in OPERATIONS else None
 
 
 @dataclass(frozen=True)

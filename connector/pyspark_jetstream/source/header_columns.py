@@ -52,24 +52,34 @@ def columnar(blocks: list[bytes | None], map_type: Any, names: tuple[str, ...]) 
     parts = pc.split_pattern(lines, ":", max_splits=1)
     is_header = pc.equal(pc.list_value_length(parts), 2)  # a line without ':' is not a header
     parts, rows = parts.filter(is_header), rows.filter(is_header)
-    table = pa.table({
-        "row": rows,
-        "name": pc.ascii_trim(pc.list_element(parts, 0), _PY_ASCII_WHITESPACE),
-        "value": pc.ascii_trim(pc.list_element(parts, 1), _PY_ASCII_WHITESPACE),
-    })
-    # One group per (row, name), in order of first appearance, its values in order: the map's entries.
-    groups = table.group_by(["row", "name"], use_threads=False).aggregate([("value", "list")])
-    group_rows = groups.column("row").combine_chunks()
-    all_rows = pc.subtract(pc.cumulative_sum(pa.nulls(n, pa.int64()).fill_null(1)), 1)  # 0..n-1
-    # The groups are in row order: a row's map starts at its first group; a row with none is null.
-    m = len(group_rows)
-    starts = pc.indices_nonzero(pa.concat_arrays([
-        pa.array([True]), pc.not_equal(group_rows.slice(1), group_rows.slice(0, max(m - 1, 0)))]) if m else
-        pa.array([], pa.bool_()))
+    line_names = pc.ascii_trim(pc.list_element(parts, 0), _PY_ASCII_WHITESPACE)
+    values = pc.ascii_trim(pc.list_element(parts, 1), _PY_ASCII_WHITESPACE)
+    m = len(line_names)
+    positions = _counting(m)  # lines are in row order, then in order within the row
+    # A map's entries: one per (row, name), in order of first appearance, its values in order.
+    # Hash group-bys promise no output order, so the order is made explicit: each line gets the
+    # position of its name's first line in its row, and the lines are sorted by (that, position).
+    # The row's digits, a separator, the name: the first '\n' splits a key one way only.
+    key = pc.binary_join_element_wise(pc.cast(rows, pa.string()), line_names, "\n")
+    firsts = pa.table({"key": key, "pos": positions}).group_by("key").aggregate([("pos", "min")])
+    if len(firsts) == m:  # no name repeated within a row (the common case): the lines are the entries
+        group_rows, keys = rows, line_names
+        items = pa.ListArray.from_arrays(_counting(m + 1).cast(pa.int32()), values)
+    else:
+        first_pos = pc.take(firsts.column("pos_min").combine_chunks(),
+                            pc.index_in(key, value_set=firsts.column("key").combine_chunks()))
+        order = pc.sort_indices(pa.table({"first": first_pos, "pos": positions}),
+                                sort_keys=[("first", "ascending"), ("pos", "ascending")])
+        first_pos, rows, line_names, values = (pc.take(a, order) for a in (first_pos, rows, line_names, values))
+        entry = pc.indices_nonzero(_starts(first_pos))  # where each (row, name) entry begins
+        group_rows, keys = pc.take(rows, entry), pc.take(line_names, entry)
+        items = pa.ListArray.from_arrays(pa.concat_arrays([entry.cast(pa.int32()), pa.array([m], pa.int32())]),
+                                         values)
+    all_rows = _counting(n)
+    # The entries are in row order: a row's map starts at its first entry; a row with none is null.
+    starts = pc.indices_nonzero(_starts(group_rows))
     row_start = pc.take(starts, pc.index_in(all_rows, value_set=pc.take(group_rows, starts)))
-    offsets = pa.concat_arrays([row_start.cast(pa.int32()), pa.array([m], pa.int32())])
-    keys = groups.column("name").combine_chunks()
-    items = groups.column("value_list").combine_chunks()
+    offsets = pa.concat_arrays([row_start.cast(pa.int32()), pa.array([len(group_rows)], pa.int32())])
     headers = pa.MapArray.from_arrays(offsets, keys, items, type=map_type)
     first: dict[str, Any] = {}
     for name in names:
@@ -77,6 +87,25 @@ def columnar(blocks: list[bytes | None], map_type: Any, names: tuple[str, ...]) 
         where = pc.index_in(all_rows, value_set=group_rows.filter(named))
         first[name] = pc.take(pc.list_element(items.filter(named), 0), where)
     return HeaderColumns(headers, first)
+
+
+def _counting(n: int) -> Any:
+    """0, 1, ..., n-1 as an int64 array, without a Python loop."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    return pc.subtract(pc.cumulative_sum(pa.nulls(n, pa.int64()).fill_null(1)), 1)
+
+
+def _starts(sorted_values: Any) -> Any:
+    """True where a value differs from the one before it (and at the first)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    m = len(sorted_values)
+    if m == 0:
+        return pa.array([], pa.bool_())
+    return pa.concat_arrays([pa.array([True]), pc.not_equal(sorted_values.slice(1), sorted_values.slice(0, m - 1))])
 
 
 def per_row(blocks: list[bytes | None], map_type: Any, names: tuple[str, ...]) -> HeaderColumns:
