@@ -503,3 +503,20 @@ def test_ending_timestamp_reads_up_to_the_last_message_stored_at_or_before_it(sp
             .orderBy("seq").collect()] == [1, 2, 3, 4, 5, 6]
     assert read(spark, nats_server, stream=stream_name, endingTimestamp="2000-01-01T00:00:00Z").count() == 0
     assert read(spark, nats_server, stream=stream_name, endingTimestamp="2999-01-01T00:00:00Z").count() == 10
+
+
+def test_a_large_batch_of_mixed_header_blocks_reaches_spark_intact(spark, nats_server, nats_client, stream_name):
+    """Spark's JVM reads the map column's buffers (to_pylist() in Python does not): a batch of a few
+    thousand messages with no headers, one header, and a repeated header, collected as rows."""
+    nats_client.add_stream(stream_name, [f"{stream_name}.>"], allow_msg_ttl=True)
+    shapes = [None, b"NATS/1.0\r\nNats-TTL: 1h\r\n\r\n",
+              b"NATS/1.0\r\nX-Tag: a\r\nX-Id: {i}\r\nX-Tag: b\r\n\r\n"]
+
+    publish_blocks = [shapes[i % 3] and shapes[i % 3].replace(b"{i}", str(i).encode()) for i in range(3000)]
+    for i, block in enumerate(publish_blocks):
+        assert "error" not in nats_client.publish_raw(f"{stream_name}.x", block, f"m{i}".encode())
+    rows = read(spark, nats_server, stream=stream_name).orderBy("seq").collect()
+    assert len(rows) == 3000
+    for i, row in enumerate(rows):
+        expected = [None, {"Nats-TTL": ["1h"]}, {"X-Tag": ["a", "b"], "X-Id": [str(i)]}][i % 3]
+        assert (row.data, row.headers) == (f"m{i}".encode(), expected), i
