@@ -319,6 +319,31 @@ def connector_stream_read_until(spark, url: str, stream: str, count: int) -> flo
                      .option("startingOffsets", "earliest").option("maxMessagesPerTrigger", 100_000).load(), count)
 
 
+def per_batch_costs(spark, url: str, stream: str, rows: int, per_trigger: int) -> tuple[float, float, int]:
+    """Average ``triggerExecution`` (ms) of the micro-batches that read rows: the connector's streaming
+    read and the no-I/O source (noio_source.py), same rows per micro-batch, same partitions, noop sink.
+    Their difference is the connector's own cost per micro-batch (planning with STREAM.INFO, consumer
+    creation, pulls until the range's end)."""
+    import tempfile
+
+    from noio_source import NoIoSource
+
+    spark.dataSource.register(NoIoSource)
+
+    def run(reader) -> list[float]:
+        query = (reader.load().writeStream.format("noop").option("checkpointLocation", tempfile.mkdtemp())
+                 .trigger(availableNow=True).start())
+        assert query.awaitTermination(600), "the per-batch cost query did not finish"
+        return [p["durationMs"]["triggerExecution"] for p in query.recentProgress if p["numInputRows"]]
+
+    ours = run(spark.readStream.format("jetstream").option("servers", url).option("stream", stream)
+               .option("startingOffsets", "earliest").option("numPartitions", 2)
+               .option("maxMessagesPerTrigger", per_trigger))
+    spark_only = run(spark.readStream.format("noio_jetstream").option("rows", rows).option("numPartitions", 2))
+    ours, spark_only = ours[1:], spark_only[1:]  # the first micro-batch of each also starts the query
+    return sum(ours) / len(ours), sum(spark_only) / len(spark_only), len(ours)
+
+
 def connector_stream_write(spark, url: str, stream: str, parquet_dir: str) -> float:
     """File source (Parquet) -> jetstream, AvailableNow. Timed by Spark's own ``addBatch``
     durations (the micro-batches' execution), the counterpart of a batch write job; the
@@ -523,6 +548,15 @@ def main() -> int:
                 t = connector_stream_read_until(spark, url, name, naive_rows)
                 results.append(Result(f"connector streaming read {naive_rows // 1000}k x {size} B (100k/trigger)",
                                       naive_rows, size, t, nbase))
+
+        # ---- the connector's own cost per streaming micro-batch, beside Spark's (a source with no I/O)
+        mb_rows = 20_000 if quick else 50_000
+        asyncio.run(make_stream(url, "MB"))
+        asyncio.run(raw_publish(url, "MB", mb_rows, 100, headers=False))
+        ours_ms, spark_ms, batches = per_batch_costs(spark, url, "MB", mb_rows, 1000)
+        notes.append(f"Cost per streaming micro-batch (1,000 messages, 2 partitions, noop sink, mean of {batches}): "
+                     f"connector {ours_ms:.0f} ms, a source with no I/O {spark_ms:.0f} ms (Spark's own fixed "
+                     f"cost): the connector's own cost is {ours_ms - spark_ms:.0f} ms.")
 
         # ---- writes
         asyncio.run(make_stream(url, "WARM"))
