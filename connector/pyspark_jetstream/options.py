@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from .errors import OptionError
-from .protocol.kv import BucketSettings
+from .protocol.kv import MAX_HISTORY, BucketSettings
 from .protocol.ttl import ALLOWED_TTL, InvalidTtl, parse_go_duration, resolve_ttl
 
 # Keys Spark itself puts into a query's options; never ours to judge. A catalog table
@@ -173,10 +173,12 @@ def parse_subject_filters(raw: str) -> tuple[str, ...]:
     return parts
 
 
-def _bucket_name(raw: str) -> str:
-    from .protocol.kv import is_valid_bucket
+_NAME_RE = re.compile(r"[A-Za-z0-9_-]+")
 
-    if not is_valid_bucket(raw.strip()):
+
+def parse_name(raw: str) -> str:
+    """A JetStream domain, KV bucket or consumer name: letters, digits, '-' and '_'."""
+    if not _NAME_RE.fullmatch(raw.strip()):
         raise ValueError(raw)
     return raw.strip()
 
@@ -274,7 +276,7 @@ CONNECTION_OPTIONS: tuple[OptionSpec, ...] = (
     OptionSpec("domain", None, "Expected a JetStream domain name (letters, digits, '-' and '_').",
                "JetStream domain of the stream, when it is not the connected server's own (a hub seen from a leaf "
                "node, a leaf seen from the hub): every JetStream API request goes to `$JS.<domain>.API`. Exclusive "
-               "with `apiPrefix`.", lambda raw: parse_name(raw)),
+               "with `apiPrefix`.", parse_name),
     OptionSpec("apiPrefix", None, "Expected a subject prefix without wildcards or whitespace, such as 'JS.hub.API'.",
                "Prefix under which this account imports another account's JetStream API (instead of `$JS.API`). "
                "Exclusive with `domain`.", lambda raw: parse_subject(raw.strip().rstrip("."))),
@@ -330,13 +332,13 @@ SINK_OPTIONS: tuple[OptionSpec, ...] = (
 KV_SINK_OPTIONS: tuple[OptionSpec, ...] = (
     OptionSpec("bucket", None, "Expected a KV bucket name (letters, digits, '-' and '_').",
                "Write to this KV bucket instead of a stream: each row is a key operation (columns `key`, `data`, "
-               "`operation`, `ttl`, `expected_revision`; see [KV buckets](#kv-buckets)).", _bucket_name),
+               "`operation`, `ttl`, `expected_revision`; see [KV buckets](#kv-buckets)).", parse_name),
     OptionSpec("ensureBucket", "validate", "Expected one of 'validate', 'create', 'update'.",
                "`validate`: the bucket must exist and take what the rows carry (TTLs, purges); `create`: create it "
                "as nats-py's `create_key_value` would; `update`: also enable per-key TTLs, roll-ups or the limit "
                "marker TTL on an existing bucket.", parse_choice("validate", "create", "update")),
-    OptionSpec("bucket.history", "1", "Expected an integer from 1 to 64.",
-               "Values kept per key in a created bucket (KV history).", parse_int_range(1, 64)),
+    OptionSpec("bucket.history", "1", f"Expected an integer from 1 to {MAX_HISTORY}.",
+               "Values kept per key in a created bucket (KV history).", parse_int_range(1, MAX_HISTORY)),
     OptionSpec("bucket.ttl", "0", "Expected a duration such as '24h', or 0 for none.",
                "Max age of every value in a created bucket (KV TTL); per-key TTLs (`ttl`) can only be shorter.",
                parse_duration_seconds(0.0)),
@@ -573,13 +575,6 @@ def parse_sink_options(raw: Mapping[str, str]) -> SinkOptions:
 
 # ---------------------------------------------------------------- source
 
-_NAME_RE = re.compile(r"[A-Za-z0-9_-]+")
-
-
-def parse_name(raw: str) -> str:
-    if not _NAME_RE.fullmatch(raw.strip()):
-        raise ValueError(raw)
-    return raw.strip()
 
 
 class StartingPosition(NamedTuple):

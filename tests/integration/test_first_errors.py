@@ -90,7 +90,8 @@ def test_an_unknown_streaming_write_option_fails_the_query_at_its_first_micro_ba
              .option("checkpointLocation", str(tmp_path / "chk")).start())
     try:
         with pytest.raises(PySparkException) as info:
-            query.awaitTermination(120)
+            ended = query.awaitTermination(120)
+            raise AssertionError(f"the query did not fail with the option error (ended: {ended})")
     finally:
         query.stop()
     _ours(info.value, "OptionError", "Unknown option 'acktimout' when writing. Did you mean 'ackTimeout'?")

@@ -34,7 +34,6 @@ DEFAULT_DUPLICATE_WINDOW_S = 120.0
 """nats-py's ``create_key_value``: 2 minutes, or the bucket's TTL when that is shorter."""
 
 _KEY_RE = re.compile(r"[-/_=.a-zA-Z0-9]+")
-_BUCKET_RE = re.compile(r"[a-zA-Z0-9_-]+")
 _NS = 1_000_000_000
 
 OPERATION_HEADERS = {
@@ -48,10 +47,6 @@ OPERATION_HEADERS = {
 def is_valid_key(key: str) -> bool:
     """nats-py's key rule: letters, digits and ``-/_=.``, not starting or ending with ``.``."""
     return bool(key) and key[0] != "." and key[-1] != "." and _KEY_RE.fullmatch(key) is not None
-
-
-def is_valid_bucket(name: str) -> bool:
-    return _BUCKET_RE.fullmatch(name) is not None
 
 
 def stream_name(bucket: str) -> str:

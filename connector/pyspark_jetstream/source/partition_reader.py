@@ -61,7 +61,8 @@ from .rows import BatchBuilder, RawBatch
 
 log = get_logger("source")
 
-_TAKE = Step.TAKE
+_GAP, _PAST_END, _TAKE, _TAKE_LAST, _TAKEN_BEFORE = (
+    Step.GAP, Step.PAST_END, Step.TAKE, Step.TAKE_LAST, Step.TAKEN_BEFORE)
 _monotonic = time.monotonic
 
 MAX_BATCHES_AHEAD = 2
@@ -335,45 +336,37 @@ class PartitionReader:
             ))
 
     def _on_message(self, subject: bytes, reply: bytes, data: bytes, headers: bytes | None) -> None:
-        """The hot path (once per message, on the loop thread, which is the read's bottleneck): the
-        common step, a message taken mid-range, is handled first with module-level names."""
+        """The hot path (once per message, on the loop thread, which is the read's bottleneck): the steps
+        are module-level names and the common one, a message taken mid-range, is decided first."""
         sseq, dseq, ts, pending = fast_fields(reply)
         if self.resetting:
             return
         now = _monotonic()
         step, advance = self.range.on_message(sseq, dseq, pending, now)
-        if step is _TAKE:
-            self.engine.on_message(len(subject) + len(reply) + len(data) + (len(headers) if headers else 0),
-                                   advance, now)
-            builder = self.builder
-            builder.add(subject, data, headers, sseq, ts)
-            if len(builder) >= self._batch_size:
-                self._emit()
-            self._maybe_pull()
-            return
-        if step is Step.GAP:  # deliveries were lost (e.g. during a reconnect)
-            self._schedule_reset(f"consumer sequence jumped from {self.range.last_dseq} to {dseq}")
-            return
-        if step is Step.PAST_END:
-            self._finish()
-            return
-        size = len(subject) + len(reply) + len(data) + (len(headers) if headers else 0)
-        self.engine.on_message(size, advance, now)
-        if step is Step.TAKEN_BEFORE:
+        if step is not _TAKE:
+            if step is _GAP:  # deliveries were lost (e.g. during a reconnect)
+                self._schedule_reset(f"consumer sequence jumped from {self.range.last_dseq} to {dseq}")
+                return
+            if step is _PAST_END:
+                self._finish()
+                return
+        self.engine.on_message(len(subject) + len(reply) + len(data) + (len(headers) if headers else 0), advance, now)
+        if step is _TAKEN_BEFORE:
             if pending == 0:
                 self._nothing_pending()
             else:
                 self._maybe_pull()
             return
-        self.builder.add(subject, data, headers, sseq, ts)
-        if len(self.builder) >= self.opts.batch_size:
+        builder = self.builder
+        builder.add(subject, data, headers, sseq, ts)
+        if len(builder) >= self._batch_size:
             self._emit()
-        if step is Step.TAKE_LAST:
-            self._finish()
-        elif step is Step.TAKE_DRAINED:
-            self._nothing_pending()
-        else:
+        if step is _TAKE:
             self._maybe_pull()
+        elif step is _TAKE_LAST:
+            self._finish()
+        else:  # TAKE_DRAINED
+            self._nothing_pending()
 
     def _nothing_pending(self) -> None:
         """The consumer says nothing is pending before the range's end."""
