@@ -10,9 +10,18 @@ nats-py one, so it is re-established on reconnect. The sink writes pre-built
 frames the same way (:func:`send_raw`), and both follow the connection's life
 through :class:`ConnectionEvents`.
 
+A read moves hundreds of thousands of frames a second, and nats-py's parser
+awaits a coroutine per frame. :class:`FastFrames` sits in front of it: it
+splits every complete MSG/HMSG frame of a raw subscription out of each buffer
+the socket yields, synchronously, and hands everything else (PING, INFO,
+-ERR, a frame of another subscription, a line it does not know) to nats-py's
+parser exactly as nats-py would have seen it. nats-py keeps the connection.
+
 The internals used, all of nats-py 2.x (pinned in pyproject.toml, and checked in
 about a second by ``tests/unit/test_nats_internals.py`` so that an upgrade fails
-there first): ``Client._process_msg``, ``Client._send_command``,
+there first): ``Client._process_msg``, ``Client._ps`` (its ``parse``,
+``reset``, ``buf`` and ``state``, and the protocol regexes of
+``nats.protocol.parser``), ``Client._send_command``,
 ``Client._flush_pending``, ``Client._pending`` / ``_pending_data_size``,
 ``Client._server_info``, ``Client.options["max_reconnect_attempts"]`` and
 ``Subscription._id``; and two attributes this module sets on the client.
@@ -21,8 +30,11 @@ there first): ``Client._process_msg``, ``Client._send_command``,
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import Awaitable, Callable
 from typing import Any
+
+from nats.protocol import parser as _wire
 
 from ..logs import get_logger
 
@@ -33,6 +45,124 @@ RawHandler = Callable[[bytes, bytes, bytes, "bytes | None"], None]
 _HANDLERS_ATTR = "_pyspark_jetstream_raw_handlers"
 CLOSE_POLL = 0.25
 """Seconds between checks that a connection nats-py closed was reported (:meth:`ConnectionEvents.watch`)."""
+
+
+def _unanchored(pattern: re.Pattern) -> re.Pattern:
+    """nats-py's regex without its leading ``\\A``, so that ``match(buf, pos)`` anchors at ``pos``
+    (``\\A`` only ever matches at the start of the whole buffer)."""
+    assert pattern.pattern.startswith(b"\\A"), pattern.pattern
+    return re.compile(pattern.pattern[2:], pattern.flags)
+
+
+_MSG = _unanchored(_wire.MSG_RE)
+_HMSG = _unanchored(_wire.HMSG_RE)
+_LINES = tuple(_unanchored(p) for p in (_wire.OK_RE, _wire.ERR_RE, _wire.PING_RE, _wire.PONG_RE, _wire.INFO_RE))
+"""The other operations, in the order nats-py's parser tries them (after MSG and HMSG)."""
+
+
+class FastFrames:
+    """nats-py's ``parse`` with the raw subscriptions' data frames split out in one synchronous pass.
+
+    Equivalence with nats-py's parser, which the differential unit test checks on
+    random byte streams cut at random points, rests on three rules:
+
+    - a frame is recognised with nats-py's own regexes, tried in nats-py's order,
+      and cut with nats-py's slicing (so even a header size past the payload reads
+      the same bytes);
+    - anything handed to nats-py is handed whole: a complete frame or line it will
+      consume exactly (a regex that matches a buffer matches the same bytes of any
+      prefix that still holds them), or, for a line no regex knows, the whole rest,
+      after which nats-py parses alone until its buffer is empty again;
+    - what is incomplete is kept here until more bytes come, where nats-py would
+      also wait without acting; a ``reset`` (reconnect, stale connection) drops it
+      and ends the pass, as it empties nats-py's buffer mid-loop.
+    """
+
+    __slots__ = ("parser", "handlers", "original_parse", "original_reset", "carry", "generation")
+
+    def __init__(self, parser: Any, handlers: dict[int, RawHandler]) -> None:
+        self.parser = parser
+        self.handlers = handlers
+        self.original_parse = parser.parse
+        self.original_reset = parser.reset
+        self.carry = b""
+        self.generation = 0
+        parser.parse = self.parse
+        parser.reset = self.reset
+
+    def reset(self) -> None:
+        self.carry = b""
+        self.generation += 1
+        self.original_reset()
+
+    async def _hand_over(self, data: bytes) -> bool:
+        """nats-py parses ``data``; whether this pass may go on (no reset meanwhile)."""
+        generation = self.generation
+        await self.original_parse(data)
+        return self.generation == generation
+
+    async def parse(self, data: bytes = b"") -> None:
+        parser = self.parser
+        if parser.buf or parser.state != _wire.AWAITING_CONTROL_LINE:
+            await self.original_parse(data)  # nats-py is inside something it was handed: it finishes alone
+            return
+        buf = self.carry + data if self.carry else bytes(data)
+        self.carry = b""
+        handlers = self.handlers
+        end = len(buf)
+        pos = 0
+        while pos < end:
+            hsize = 0
+            m = _MSG.match(buf, pos)
+            if m is not None:
+                subject, sid, _, reply, size = m.groups()
+            else:
+                m = _HMSG.match(buf, pos)
+                if m is not None:
+                    subject, sid, _, reply, hsize, size = m.groups()
+                    hsize = int(hsize)
+            if m is None:
+                for line in _LINES:
+                    m = line.match(buf, pos)
+                    if m is not None:
+                        break
+                if m is not None:
+                    if not await self._hand_over(buf[pos:m.end()]):
+                        return
+                    pos = m.end()
+                elif b"\r\n" in buf[pos:]:  # nats-py raises, or waits with a long buffer
+                    await self.original_parse(buf[pos:])
+                    return
+                else:  # a line still coming
+                    self.carry = buf[pos:]
+                    return
+                continue
+            try:
+                sid = int(sid)
+            except ValueError:  # nats-py says 'malformed MSG'
+                await self.original_parse(buf[pos:])
+                return
+            start = m.end()
+            needed = int(size)
+            stop = start + needed + 2
+            if stop > end:  # the payload is still coming
+                self.carry = buf[pos:]
+                return
+            handler = handlers.get(sid)
+            if handler is None:
+                if not await self._hand_over(buf[pos:stop]):
+                    return
+            else:
+                if hsize > 0:
+                    headers: bytes | None = buf[start:start + hsize]
+                    data_ = buf[start + hsize:start + needed]
+                else:
+                    headers, data_ = None, buf[start:start + needed]
+                try:
+                    handler(subject, reply or b"", data_, headers)
+                except Exception:  # as in dispatch below: nothing may stop the read loop
+                    log.error("a raw frame handler raised; the frame was dropped", exc_info=True)
+            pos = stop
 
 
 def _install(nc: Any) -> dict[int, RawHandler]:
@@ -52,7 +182,8 @@ def _install(nc: Any) -> dict[int, RawHandler]:
         except Exception:  # an exception here would stop nats-py's read loop for every user of nc
             log.error("a raw frame handler raised; the frame was dropped", exc_info=True)
 
-    nc._process_msg = dispatch
+    nc._process_msg = dispatch  # frames nats-py's parser still parses: one that straddles a read, say
+    FastFrames(nc._ps, handlers)
     setattr(nc, _HANDLERS_ATTR, handlers)
     return handlers
 
