@@ -54,14 +54,22 @@ class Recorder:
 
 def fast_recorder(events: list, raising: bytes | None = None) -> Recorder:
     client = Recorder(events)
-    handlers = {}
+    handlers, runs = {}, {}
     for sid in RAW_SIDS:
         def handler(subject, reply, data, headers, sid=sid):
             events.append(("msg", sid, subject, reply, data, headers))
             if raising is not None and data == raising:
                 raise RuntimeError("a handler bug")  # logged and dropped, as nats-py's path does
         handlers[sid] = handler
-    FastFrames(client._ps, handlers)
+    def run(frames):  # sid 2 takes its frames in runs, as the source's partitions do
+        for frame in frames:
+            try:
+                handlers[2](*frame)
+            except RuntimeError:
+                pass
+
+    runs[2] = run
+    FastFrames(client._ps, handlers, runs)
     return client
 
 
@@ -171,10 +179,16 @@ def test_a_long_run_of_data_frames_is_split_without_nats_py():
         return await original(client._ps, data)
 
     client._ps.parse.__self__.original_parse = counting  # what FastFrames hands to nats-py
-    chunks = [data[i:i + 32768] for i in range(0, len(data), 32768)]
-    feed(client, chunks)
-    assert len([e for e in client.events if e[0] == "msg"]) == 500
-    assert calls == []  # every frame, even those cut between two reads, was split here
+    run_lengths = []
+    handler = client._ps.parse.__self__.handlers[1]
+    client._ps.parse.__self__.runs[1] = lambda frames: (run_lengths.append(len(frames)),
+                                                        [handler(*f) for f in frames])
+    for size in (32768, 1000, 77, 7):  # reads cut control lines and payloads alike
+        client.events.clear()
+        feed(client, [data[i:i + size] for i in range(0, len(data), size)])
+        assert len([e for e in client.events if e[0] == "msg"]) == 500
+        assert calls == []  # every frame, even those cut between two reads, was split here
+    assert max(run_lengths) > 100 and sum(run_lengths) == 2000  # one run per read, not one call per frame
 
 
 @pytest.mark.parametrize("chunks", [

@@ -77,3 +77,25 @@ def test_no_other_module_touches_a_private_nats_py_attribute():
             if NATS_OBJECTS.search(line):
                 offenders.append(f"{path.relative_to(PACKAGE)}:{number}: {line.strip()}")
     assert offenders == []
+
+
+def test_the_parser_the_fast_frame_path_sits_in_front_of():
+    import nats.protocol.parser as wire
+
+    client = Client()
+    parser = client._ps
+    assert isinstance(parser, wire.Parser)
+    # The read loop and every reset go through the attribute (so FastFrames' instance attributes run).
+    source = inspect.getsource(Client)
+    assert "await self._ps.parse(b)" in source and "self._ps.reset()" in source
+    assert inspect.iscoroutinefunction(wire.Parser.parse) and _params(wire.Parser.parse) == ["self", "data"]
+    assert parser.buf == bytearray() and parser.state == wire.AWAITING_CONTROL_LINE
+    # The regexes it recognises frames with, in the order the parser tries them, each anchored by \A.
+    order = re.findall(r"(\w+_RE)\.match\(self\.buf\)", inspect.getsource(wire.Parser.parse))
+    assert order == ["MSG_RE", "HMSG_RE", "OK_RE", "ERR_RE", "PING_RE", "PONG_RE", "INFO_RE"]
+    for name in order:
+        assert getattr(wire, name).pattern.startswith(b"\\A"), name
+    # The parser calls its client with these (the differential test's recorder has the same).
+    for hook, params in (("_process_err", ["self", "err_msg"]), ("_process_ping", ["self"]),
+                         ("_process_pong", ["self"]), ("_process_info", ["self", "info"])):
+        assert _params(getattr(Client, hook))[:len(params)] == params, hook

@@ -41,8 +41,11 @@ from ..logs import get_logger
 log = get_logger("wire")
 
 RawHandler = Callable[[bytes, bytes, bytes, "bytes | None"], None]
+RunHandler = Callable[[list], None]
+"""Takes a list of ``(subject, reply, data, header_block)`` frames, in order."""
 
 _HANDLERS_ATTR = "_pyspark_jetstream_raw_handlers"
+_RUNS_ATTR = "_pyspark_jetstream_run_handlers"
 CLOSE_POLL = 0.25
 """Seconds between checks that a connection nats-py closed was reported (:meth:`ConnectionEvents.watch`)."""
 
@@ -76,13 +79,18 @@ class FastFrames:
     - what is incomplete is kept here until more bytes come, where nats-py would
       also wait without acting; a ``reset`` (reconnect, stale connection) drops it
       and ends the pass, as it empties nats-py's buffer mid-loop.
+
+    Consecutive frames of a subscription registered with a run handler are handed
+    over together, as one list, after the buffer's pass: the reader then decides
+    its next pull once per socket read instead of once per message.
     """
 
-    __slots__ = ("parser", "handlers", "original_parse", "original_reset", "carry", "generation")
+    __slots__ = ("parser", "handlers", "runs", "original_parse", "original_reset", "carry", "generation")
 
-    def __init__(self, parser: Any, handlers: dict[int, RawHandler]) -> None:
+    def __init__(self, parser: Any, handlers: dict[int, RawHandler], runs: dict[int, RunHandler]) -> None:
         self.parser = parser
         self.handlers = handlers
+        self.runs = runs
         self.original_parse = parser.parse
         self.original_reset = parser.reset
         self.carry = b""
@@ -95,12 +103,6 @@ class FastFrames:
         self.generation += 1
         self.original_reset()
 
-    async def _hand_over(self, data: bytes) -> bool:
-        """nats-py parses ``data``; whether this pass may go on (no reset meanwhile)."""
-        generation = self.generation
-        await self.original_parse(data)
-        return self.generation == generation
-
     async def parse(self, data: bytes = b"") -> None:
         parser = self.parser
         if parser.buf or parser.state != _wire.AWAITING_CONTROL_LINE:
@@ -108,61 +110,86 @@ class FastFrames:
             return
         buf = self.carry + data if self.carry else bytes(data)
         self.carry = b""
-        handlers = self.handlers
-        end = len(buf)
+        generation = self.generation
         pos = 0
-        while pos < end:
-            hsize = 0
-            m = _MSG.match(buf, pos)
-            if m is not None:
-                subject, sid, _, reply, size = m.groups()
-            else:
-                m = _HMSG.match(buf, pos)
-                if m is not None:
-                    subject, sid, _, reply, hsize, size = m.groups()
-                    hsize = int(hsize)
-            if m is None:
-                for line in _LINES:
-                    m = line.match(buf, pos)
-                    if m is not None:
-                        break
-                if m is not None:
-                    if not await self._hand_over(buf[pos:m.end()]):
-                        return
-                    pos = m.end()
-                elif b"\r\n" in buf[pos:]:  # nats-py raises, or waits with a long buffer
-                    await self.original_parse(buf[pos:])
-                    return
-                else:  # a line still coming
-                    self.carry = buf[pos:]
-                    return
-                continue
-            try:
-                sid = int(sid)
-            except ValueError:  # nats-py says 'malformed MSG'
-                await self.original_parse(buf[pos:])
+        while True:
+            pos, stop = self._split(buf, pos)
+            if stop == 0:
                 return
-            start = m.end()
-            needed = int(size)
-            stop = start + needed + 2
-            if stop > end:  # the payload is still coming
-                self.carry = buf[pos:]
+            await self.original_parse(buf[pos:] if stop < 0 else buf[pos:stop])
+            if stop < 0 or self.generation != generation:  # alone from here on, or reset meanwhile
                 return
-            handler = handlers.get(sid)
-            if handler is None:
-                if not await self._hand_over(buf[pos:stop]):
-                    return
-            else:
-                if hsize > 0:
-                    headers: bytes | None = buf[start:start + hsize]
-                    data_ = buf[start + hsize:start + needed]
-                else:
-                    headers, data_ = None, buf[start:start + needed]
-                try:
-                    handler(subject, reply or b"", data_, headers)
-                except Exception:  # as in dispatch below: nothing may stop the read loop
-                    log.error("a raw frame handler raised; the frame was dropped", exc_info=True)
             pos = stop
+
+    def _split(self, buf: bytes, pos: int) -> tuple[int, int]:
+        """Deliver the raw subscriptions' complete frames from ``pos`` on, synchronously, until one
+        that is not theirs. Returns ``(pos, stop)``: ``stop`` 0 when all of ``buf`` was taken (a
+        frame still coming kept in ``carry``), else nats-py parses ``buf[pos:stop]`` next (all the
+        rest, alone, when ``stop`` is -1)."""
+        handlers, runs = self.handlers, self.runs
+        run: list[tuple] = []
+        run_sid = -1
+        end = len(buf)
+        try:
+            while pos < end:
+                hsize = 0
+                m = _MSG.match(buf, pos)
+                if m is not None:
+                    subject, sid, _, reply, size = m.groups()
+                else:
+                    m = _HMSG.match(buf, pos)
+                    if m is not None:
+                        subject, sid, _, reply, hsize, size = m.groups()
+                        hsize = int(hsize)
+                if m is None:
+                    for line in _LINES:
+                        m = line.match(buf, pos)
+                        if m is not None:
+                            return pos, m.end()
+                    if b"\r\n" in buf[pos:]:  # nats-py raises, or waits with a long buffer
+                        return pos, -1
+                    self.carry = buf[pos:]  # a line still coming
+                    return pos, 0
+                try:
+                    sid = int(sid)
+                except ValueError:  # nats-py says 'malformed MSG'
+                    return pos, -1
+                start = m.end()
+                needed = int(size)
+                stop = start + needed + 2
+                if stop > end:  # the payload is still coming
+                    self.carry = buf[pos:]
+                    return pos, 0
+                handler = handlers.get(sid)
+                if handler is None:
+                    return pos, stop
+                if hsize > 0:
+                    frame = (subject, reply or b"", buf[start + hsize:start + needed], buf[start:start + hsize])
+                else:
+                    frame = (subject, reply or b"", buf[start:start + needed], None)
+                if sid in runs:
+                    if sid != run_sid:
+                        self._deliver(run_sid, run)
+                        run, run_sid = [], sid
+                    run.append(frame)
+                else:
+                    self._deliver(run_sid, run)
+                    run = []
+                    try:
+                        handler(*frame)
+                    except Exception:  # as in dispatch below: nothing may stop the read loop
+                        log.error("a raw frame handler raised; the frame was dropped", exc_info=True)
+                pos = stop
+            return pos, 0
+        finally:
+            self._deliver(run_sid, run)
+
+    def _deliver(self, sid: int, run: list[tuple]) -> None:
+        if run:
+            try:
+                self.runs[sid](run)
+            except Exception:
+                log.error("a raw frame handler raised; %d frames were dropped", len(run), exc_info=True)
 
 
 def _install(nc: Any) -> dict[int, RawHandler]:
@@ -182,14 +209,18 @@ def _install(nc: Any) -> dict[int, RawHandler]:
         except Exception:  # an exception here would stop nats-py's read loop for every user of nc
             log.error("a raw frame handler raised; the frame was dropped", exc_info=True)
 
-    nc._process_msg = dispatch  # frames nats-py's parser still parses: one that straddles a read, say
-    FastFrames(nc._ps, handlers)
+    nc._process_msg = dispatch  # frames nats-py's parser still parses (after a line FastFrames leaves to it)
+    runs: dict[int, RunHandler] = {}
+    FastFrames(nc._ps, handlers, runs)
+    setattr(nc, _RUNS_ATTR, runs)
     setattr(nc, _HANDLERS_ATTR, handlers)
     return handlers
 
 
-async def raw_subscribe(nc: Any, subject: str, handler: RawHandler) -> Any:
-    """Subscribe ``subject`` with a synchronous raw ``handler``; returns the nats-py Subscription."""
+async def raw_subscribe(nc: Any, subject: str, handler: RawHandler, run: RunHandler | None = None) -> Any:
+    """Subscribe ``subject`` with a synchronous raw ``handler``; returns the nats-py Subscription.
+    With ``run``, consecutive frames split out of one socket read go to ``run`` as one list
+    (``handler`` still takes any frame nats-py's own parser delivers)."""
     handlers = _install(nc)
 
     async def never_called(msg: Any) -> None:  # frames go to the raw handler instead
@@ -197,11 +228,14 @@ async def raw_subscribe(nc: Any, subject: str, handler: RawHandler) -> Any:
 
     sub = await nc.subscribe(subject, cb=never_called)
     handlers[sub._id] = handler
+    if run is not None:
+        getattr(nc, _RUNS_ATTR)[sub._id] = run
     return sub
 
 
 async def raw_unsubscribe(nc: Any, sub: Any) -> None:
     getattr(nc, _HANDLERS_ATTR, {}).pop(sub._id, None)
+    getattr(nc, _RUNS_ATTR, {}).pop(sub._id, None)
     if not nc.is_closed:
         await sub.unsubscribe()
 

@@ -182,7 +182,7 @@ class PartitionReader:
             old, self.sub = self.sub, None
             await raw_unsubscribe(self.nc, old)
         self.inbox = self.nc.new_inbox()
-        sub = await raw_subscribe(self.nc, self.inbox, self._on_frame)
+        sub = await raw_subscribe(self.nc, self.inbox, self._on_frame, self._on_frames)
         if self.done:  # closed while subscribing: close() did not see this subscription
             await raw_unsubscribe(self.nc, sub)
             return
@@ -319,14 +319,24 @@ class PartitionReader:
     # ---------------------------------------------------------------- frames
 
     def _on_frame(self, subject: bytes, reply: bytes, data: bytes, headers: bytes | None) -> None:
-        """Called by nats-py's parser for every frame on the inbox: must never raise into it."""
+        """Called by nats-py's parser for a frame on the inbox: must never raise into it."""
+        self._on_frames(((subject, reply, data, headers),))
+
+    def _on_frames(self, frames: Any) -> None:
+        """Called with the frames on the inbox that one socket read brought, in order (the fast frame
+        path of nats_internals): must never raise into it. The next pull is decided once, after them."""
         if self.done:
             return
+        subject = reply = b""
         try:
-            if reply.startswith(_ACK_PREFIX):
-                self._on_message(subject, reply, data, headers)
-            elif headers is not None:
-                self._on_status(headers)
+            for subject, reply, data, headers in frames:
+                if self.done:
+                    return
+                if reply.startswith(_ACK_PREFIX):
+                    self._on_message(subject, reply, data, headers)
+                elif headers is not None:
+                    self._on_status(headers)
+            self._maybe_pull()
         except Exception as exc:  # one bad frame fails this partition, never the shared connection
             log.debug("frame handler failed", exc_info=True)
             self._fail(PartitionReadError(
@@ -337,7 +347,8 @@ class PartitionReader:
 
     def _on_message(self, subject: bytes, reply: bytes, data: bytes, headers: bytes | None) -> None:
         """The hot path (once per message, on the loop thread, which is the read's bottleneck): the steps
-        are module-level names and the common one, a message taken mid-range, is decided first."""
+        are module-level names and the common one, a message taken mid-range, is decided first. The
+        next pull is left to :meth:`_on_frames`, once per socket read."""
         sseq, dseq, ts, pending = fast_fields(reply)
         if self.resetting:
             return
@@ -354,16 +365,14 @@ class PartitionReader:
         if step is _TAKEN_BEFORE:
             if pending == 0:
                 self._nothing_pending()
-            else:
-                self._maybe_pull()
             return
         builder = self.builder
         builder.add(subject, data, headers, sseq, ts)
         if len(builder) >= self._batch_size:
             self._emit()
         if step is _TAKE:
-            self._maybe_pull()
-        elif step is _TAKE_LAST:
+            return
+        if step is _TAKE_LAST:
             self._finish()
         else:  # TAKE_DRAINED
             self._nothing_pending()
