@@ -222,3 +222,31 @@ def remaining_ttl_seconds(expires_at: _dt.datetime, now: _dt.datetime) -> int:
     """
     left = (expires_at - now).total_seconds()
     return math.ceil(left) if left > 0 else 0
+
+
+class TtlResolver:
+    """:func:`resolve_ttl` once per distinct value: a TTL column repeats a handful of values, and
+    parsing a Go duration costs a few microseconds a row. Refusals are remembered too (a new
+    :class:`InvalidTtl` is raised each time); the memo is bounded."""
+
+    LIMIT = 4096
+
+    def __init__(self) -> None:
+        self._memo: dict[tuple[type, object], tuple[str | None, str | None]] = {}
+
+    def __call__(self, value: str | int) -> str | None:
+        key = (type(value), value)  # True == 1, but a boolean is refused and 1 is not
+        try:
+            hit = self._memo.get(key)
+        except TypeError:  # unhashable: not a TTL either way
+            return resolve_ttl(value)
+        if hit is None:
+            try:
+                hit = (resolve_ttl(value), None)
+            except InvalidTtl as exc:
+                hit = (None, exc.reason)
+            if len(self._memo) < self.LIMIT:
+                self._memo[key] = hit
+        if hit[1] is not None:
+            raise InvalidTtl(value, hit[1])
+        return hit[0]

@@ -39,7 +39,7 @@ from ..protocol import headers as hdrs
 from ..protocol import kv
 from ..protocol.frames import hpub_frame
 from ..protocol.headers import MSG_ID, TTL
-from ..protocol.ttl import InvalidTtl, remaining_ttl_seconds, resolve_ttl
+from ..protocol.ttl import InvalidTtl, TtlResolver, remaining_ttl_seconds
 
 INPUT_COLUMNS = ("subject", "data", "headers", "ttl", "expires_at", "msg_id")
 """Columns the sink publishes from (names matched case-insensitively)."""
@@ -309,17 +309,32 @@ class _Columns:
         self.subjects: list[Any] = self.column(lay.subject)
         self.markers = self.column(lay.marker_reason)
         self.headers = self.column(lay.headers)
-        self._datas = self.column(lay.data)
+        self._data_name = lay.data
+        self._datas: list[Any] | None = None  # made on first use: the column-wise frames do not need it
         self._binary = lay.data_is_binary
 
     def column(self, name: str | None) -> list[Any]:
         if name is None:
             return [None] * self.n
-        return self.batch.column(self.batch.schema.get_field_index(name)).to_pylist()
+        return self.arrow(name).to_pylist()
+
+    def arrow(self, name: str) -> Any:
+        return self.batch.column(self.batch.schema.get_field_index(name))
 
     def payload(self, i: int) -> bytes:
+        if self._datas is None:
+            self._datas = self.column(self._data_name)
         data = self._datas[i]
         return b"" if data is None else (data if self._binary else data.encode())
+
+    def payloads(self, live: list[int]) -> Any:
+        """The payloads of rows ``live`` as an Arrow large_binary array (a null is empty)."""
+        import pyarrow as pa
+
+        column = self.arrow(self._data_name)
+        if len(live) < self.n:
+            column = column.take(pa.array(live, pa.int64()))
+        return column.cast(pa.large_binary()).fill_null(b"")
 
 
 class BatchEncoder:
@@ -330,6 +345,8 @@ class BatchEncoder:
         self.config = config
         self.msg_ids = msg_ids
         self._valid_subjects: dict[str, bool] = {}
+        self._resolve_ttl = TtlResolver()
+        self.columnar = True  # frames of batches without user headers or KV operations built column-wise
         stream = config.expected_stream
         self._tail = f"{hdrs.EXPECTED_STREAM}: {stream}\r\n\r\n" if stream else "\r\n"
 
@@ -359,7 +376,10 @@ class BatchEncoder:
         pairs, header_ttls, header_ids, live = self._headers(rows, live, first_position, generated, out)
         ttl_headers, live = self._ttls(rows, live, first_position, generated, header_ttls, now, out, ops)
         msg_ids, live = self._msg_ids(rows, live, first_position, generated, header_ids, out)
-        self._frames(rows, live, first_position, reply_prefix, pairs, ttl_headers, msg_ids, out, ops)
+        if ops is None and not pairs and self.columnar:
+            self._common_frames(rows, live, first_position, reply_prefix, ttl_headers, msg_ids, out)
+        else:
+            self._frames(rows, live, first_position, reply_prefix, pairs, ttl_headers, msg_ids, out, ops)
         if len(out.rejected) > 1:
             out.rejected.sort(key=lambda r: r.position)
         return out
@@ -512,7 +532,7 @@ class BatchEncoder:
             if ops is not None and ops[i][0] == kv.DEL:
                 own = ttls[i] if ttls[i] is not None else header_ttls.get(i)
                 try:
-                    resolved = None if own is None else resolve_ttl(own)
+                    resolved = None if own is None else self._resolve_ttl(own)
                 except InvalidTtl:
                     resolved = own
                 if resolved is not None:
@@ -539,7 +559,7 @@ class BatchEncoder:
                 value, column = header_ttls[i], "headers"
             if value is not None:
                 try:
-                    ttl_headers[i] = resolve_ttl(value)
+                    ttl_headers[i] = self._resolve_ttl(value)
                 except InvalidTtl as exc:
                     out.rejected.append(RowRejection(
                         first + i, rows.subjects[i], f"{exc.reason}. Allowed: whole seconds, a Go duration of at "
@@ -597,14 +617,62 @@ class BatchEncoder:
             total = len(block) + len(payload)
             pos = first + i
             if total > max_payload:
-                out.rejected.append(RowRejection(
-                    pos, subjects[i], f"the message is {total} bytes (headers and data), more than the server's "
-                    f"max_payload of {max_payload}", "data", f"<{len(payload)} bytes>", payload=payload,
-                    msg_id=msg_id))
+                out.rejected.append(_too_large(pos, subjects[i], total, max_payload, payload, msg_id))
                 continue
             # OutFrame's layout, as a plain tuple (the hot path; see OutFrame).
             frames.append((pos, hpub_frame(subjects[i], f"{reply_prefix}{pos}", block, payload), subjects[i], ttl,
                            msg_id, len(block), len(payload)))
+
+    def _common_frames(self, rows: _Columns, live: list[int], first: int, reply_prefix: str,
+                       ttl_headers: list[Any], msg_ids: list[str | None], out: EncodedBatch) -> None:
+        """:meth:`_frames` for a batch whose header blocks are only ``Nats-Msg-Id``, ``Nats-TTL`` and
+        the expected stream: every frame joined by Arrow in one pass per part instead of a few
+        string operations per row in Python. Byte for byte the same frames (the differential test
+        in tests/unit/test_sink_frames.py)."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        if not live:
+            return
+        binary = pa.large_binary()
+        join = pc.binary_join_element_wise
+        subjects_col, max_payload = rows.subjects, self.config.max_payload
+        subjects = [subjects_col[i] for i in live]
+        ids = [msg_ids[i] for i in live]
+        ttls = [ttl_headers[i] for i in live]
+        positions = [first + i for i in live] if first else live
+
+        def text(values: list[Any]) -> Any:
+            return pa.array(values, pa.string()).cast(binary)
+
+        def lit(value: bytes) -> Any:
+            return pa.scalar(value, binary)
+
+        crlf, space, empty = lit(b"\r\n"), lit(b" "), lit(b"")
+
+        id_line = join(lit(b"Nats-Msg-Id: "), text([v or None for v in ids]), crlf, empty)  # null: no line
+        ttl_line = join(lit(b"Nats-TTL: "), text(ttls), crlf, empty)
+        block = join(lit(b"NATS/1.0\r\n"), id_line, ttl_line, lit(self._tail.encode()), empty,
+                     null_handling="replace", null_replacement="")
+        payload = rows.payloads(live)
+        hlen = pc.binary_length(block)
+        plen = pc.binary_length(payload)
+        total = pc.add(hlen, plen)
+        line = join(lit(b"HPUB "), text(subjects), space, lit(reply_prefix.encode()),
+                    pa.array(positions, pa.int64()).cast(pa.string()).cast(binary), space,
+                    hlen.cast(pa.string()).cast(binary), space, total.cast(pa.string()).cast(binary), crlf, empty)
+        frames = join(line, block, payload, crlf, empty).to_pylist()
+        hlens, plens = hlen.to_pylist(), plen.to_pylist()
+        if pc.any(pc.greater(total, max_payload)).as_py():
+            totals = total.to_pylist()
+            for k in [k for k, t in enumerate(totals) if t > max_payload]:
+                i = live[k]
+                out.rejected.append(_too_large(first + i, subjects[k], totals[k], max_payload, rows.payload(i), ids[k]))
+            kept = [k for k, t in enumerate(totals) if t <= max_payload]
+            out.frames.extend((positions[k], frames[k], subjects[k], ttls[k], ids[k], hlens[k], plens[k]) for k in kept)
+            return
+        # OutFrame's layout, as plain tuples.
+        out.frames.extend(zip(positions, frames, subjects, ttls, ids, hlens, plens, strict=True))
 
     def _user_headers(self, row_headers: list[tuple[str, Any]], pairs: list[tuple[str, str]]) -> tuple[Any, Any]:
         ttl = msg_id = None
@@ -641,6 +709,13 @@ class BatchEncoder:
 
 
 _KV_OPERATION = hdrs.KV_OPERATION.lower()
+
+
+def _too_large(position: int, subject: str, total: int, max_payload: int, payload: bytes,
+               msg_id: str | None) -> RowRejection:
+    return RowRejection(position, subject, f"the message is {total} bytes (headers and data), more than the "
+                        f"server's max_payload of {max_payload}", "data", f"<{len(payload)} bytes>",
+                        payload=payload, msg_id=msg_id)
 
 
 def _single(name: str, values: list[Any]) -> Any:

@@ -1,0 +1,118 @@
+"""The sink's column-wise frames against its per-row frames: byte for byte, refusals alike.
+
+Random batches of the rows the column-wise path takes (subject, data as binary or
+string, ttl as text or seconds, msg_id, with or without ``defaultTtl``, the
+expected stream, generated ids, ``preserveExpiry`` and a small ``max_payload``)
+are encoded twice, once with ``BatchEncoder.columnar`` off. Frames, their
+OutFrame fields and every refusal must be equal. Batches with user headers or
+KV operations must take the per-row path.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import random
+
+import pyarrow as pa
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from pyspark.sql.types import (
+    ArrayType,
+    BinaryType,
+    LongType,
+    MapType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
+
+from pyspark_jetstream.sink.encoder import BatchEncoder, EncoderConfig, MsgIds, layout_from_schema
+
+NOW = dt.datetime(2026, 11, 24, 12, 0, tzinfo=dt.timezone.utc)
+SUBJECTS = ["orders.eu", "orders.é.1", "a", "bad subject", "x.*", "", None, "k" * 200]
+TTLS_TEXT = [None, "1h", "90s", "never", "0", "5", " 30", "1.5h", "bogus", "0.5s", "-1", "1h30m"]
+TTLS_INT = [None, 0, 1, 3600, -5, 2**63]
+IDS = [None, "", "id-1", "id-é", "dup", "bad\nid"]
+
+
+def encode_both(columns: dict, spark_fields: list, cfg: EncoderConfig, ids: MsgIds | None, first: int,
+                has_default: bool):
+    batch = pa.RecordBatch.from_pydict(columns)
+    layout = layout_from_schema(StructType(spark_fields), has_default_subject=has_default)
+    outs = []
+    for columnar in (True, False):
+        encoder = BatchEncoder(layout, cfg, MsgIds(ids.run, ids.partition) if ids else None)
+        encoder.columnar = columnar
+        outs.append(encoder.encode(batch, first, "_INBOX.r4nd0m.", now=NOW))
+    return outs
+
+
+@settings(max_examples=300, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1))
+def test_column_wise_frames_are_the_per_row_frames(seed):
+    rng = random.Random(seed)
+    n = rng.randrange(0, 40)
+    binary_data = rng.random() < 0.7
+    ttl_kind = rng.choice(["none", "text", "int"])
+    columns: dict = {"subject": pa.array([rng.choice(SUBJECTS) for _ in range(n)], pa.string())}
+    fields = [StructField("subject", StringType())]
+    datas = [rng.choice([None, b"", b"x" * rng.randrange(1, 300), "é".encode() * rng.randrange(5)]) for _ in range(n)]
+    if binary_data:
+        columns["data"] = pa.array(datas, pa.binary())
+        fields.append(StructField("data", BinaryType()))
+    else:
+        columns["data"] = pa.array([None if d is None else d.decode("utf-8", "replace") for d in datas], pa.string())
+        fields.append(StructField("data", StringType()))
+    if ttl_kind == "text":
+        columns["ttl"] = pa.array([rng.choice(TTLS_TEXT) for _ in range(n)], pa.string())
+        fields.append(StructField("ttl", StringType()))
+    elif ttl_kind == "int":
+        columns["ttl"] = pa.array([rng.choice(TTLS_INT[:-1]) for _ in range(n)], pa.int64())
+        fields.append(StructField("ttl", LongType()))
+    if rng.random() < 0.5:
+        columns["msg_id"] = pa.array([rng.choice(IDS) for _ in range(n)], pa.string())
+        fields.append(StructField("msg_id", StringType()))
+    preserve = rng.random() < 0.3
+    if preserve:
+        columns["expires_at"] = pa.array(
+            [rng.choice([None, NOW - dt.timedelta(seconds=5), NOW + dt.timedelta(seconds=rng.randrange(1, 10**6))])
+             for _ in range(n)], pa.timestamp("us", tz="UTC"))
+        fields.append(StructField("expires_at", TimestampType()))
+    has_default = rng.random() < 0.5
+    cfg = EncoderConfig(
+        default_subject="fallback.subject" if has_default else None,
+        default_ttl=rng.choice([None, "1h", "never", "60"]),
+        preserve_expiry=preserve,
+        expected_stream=rng.choice([None, "ORDERS"]),
+        allow_rollup=False,
+        max_payload=rng.choice([1024 * 1024, 200, 330]),
+    )
+    ids = rng.choice([None, MsgIds("w0123456789abcdef", rng.randrange(4))])
+    fast, slow = encode_both(columns, fields, cfg, ids, rng.choice([0, 1, 10_000]), has_default)
+    assert fast.frames == slow.frames
+    assert [(r.position, r.subject, r.reason, r.column, r.value, r.payload, r.msg_id) for r in fast.rejected] == \
+        [(r.position, r.subject, r.reason, r.column, r.value, r.payload, r.msg_id) for r in slow.rejected]
+    assert (fast.expired, fast.markers_skipped) == (slow.expired, slow.markers_skipped)
+
+
+def test_the_column_wise_path_is_taken_for_common_rows_only(monkeypatch):
+    calls = []
+    original = BatchEncoder._common_frames
+
+    def spy(self, *args):
+        calls.append(len(args[1]))
+        return original(self, *args)
+
+    monkeypatch.setattr(BatchEncoder, "_common_frames", spy)
+    cfg = EncoderConfig(default_subject=None, default_ttl="1h", preserve_expiry=False, expected_stream="S",
+                        allow_rollup=False, max_payload=1 << 20)
+    plain = [StructField("subject", StringType()), StructField("data", BinaryType())]
+    columns = {"subject": pa.array(["a", "b"]), "data": pa.array([b"1", b"2"], pa.binary())}
+    encode_both(columns, plain, cfg, MsgIds("w1", 0), 0, False)
+    assert calls == [2]  # the columnar run (the per-row run does not call it)
+    calls.clear()
+    with_headers = plain + [StructField("headers", MapType(StringType(), ArrayType(StringType())))]
+    columns["headers"] = pa.array([[("X-A", ["1"])], None], pa.map_(pa.string(), pa.list_(pa.string())))
+    fast, slow = encode_both(columns, with_headers, cfg, MsgIds("w1", 0), 0, False)
+    assert calls == [] and fast.frames == slow.frames and b"X-A: 1\r\n" in fast.frames[0][1]
