@@ -116,3 +116,19 @@ def test_the_column_wise_path_is_taken_for_common_rows_only(monkeypatch):
     columns["headers"] = pa.array([[("X-A", ["1"])], None], pa.map_(pa.string(), pa.list_(pa.string())))
     fast, slow = encode_both(columns, with_headers, cfg, MsgIds("w1", 0), 0, False)
     assert calls == [] and fast.frames == slow.frames and b"X-A: 1\r\n" in fast.frames[0][1]
+
+
+def test_a_message_of_exactly_max_payload_is_sent_and_one_byte_more_is_refused():
+    fields = [StructField("subject", StringType()), StructField("data", BinaryType())]
+    columns = {"subject": pa.array(["a.b", "a.b"]), "data": pa.array([b"x" * 50, b"x" * 51], pa.binary())}
+
+    def cfg(max_payload):
+        return EncoderConfig(default_subject=None, default_ttl="1h", preserve_expiry=False, expected_stream=None,
+                             allow_rollup=False, max_payload=max_payload)
+
+    first, _ = encode_both(columns, fields, cfg(1 << 20), MsgIds("w1", 0), 0, False)
+    size = first.frames[0][5] + first.frames[0][6]  # header block and payload of the 50-byte row
+    fast, slow = encode_both(columns, fields, cfg(size), MsgIds("w1", 0), 0, False)
+    assert fast.frames == slow.frames and [f[0] for f in fast.frames] == [0]
+    assert [r.position for r in fast.rejected] == [r.position for r in slow.rejected] == [1]
+    assert f"more than the server's max_payload of {size}" in fast.rejected[0].reason

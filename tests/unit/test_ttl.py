@@ -119,3 +119,20 @@ def test_remaining_ttl_rounds_up_and_detects_expiry():
     assert remaining_ttl_seconds(now + dt.timedelta(microseconds=1), now) == 1
     assert remaining_ttl_seconds(now, now) == 0
     assert remaining_ttl_seconds(now - dt.timedelta(seconds=5), now) == 0
+
+
+def test_the_resolver_memo_gives_what_resolve_ttl_gives_value_by_value():
+    from pyspark_jetstream.protocol.ttl import TtlResolver
+
+    resolver = TtlResolver()
+    for value in ["1h", "1h", 1, True, 1, "bogus", "bogus", 0, "0", "never", -1, " 30", 2**64]:
+        for _ in range(2):  # the second time from the memo
+            try:
+                expected = ("ok", resolve_ttl(value))
+            except InvalidTtl as exc:
+                expected = ("refused", str(exc))
+            try:
+                got = ("ok", resolver(value))
+            except InvalidTtl as exc:
+                got = ("refused", str(exc))
+            assert got == expected, value
