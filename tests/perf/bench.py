@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import statistics
 import sys
 import time
 from dataclasses import dataclass
@@ -214,12 +215,12 @@ class WorkerRss:
 
 
 def timed(fn, *args, repeat: int = 1) -> tuple[float, float]:
-    """Best time of ``repeat`` runs and the workers' peak RSS (MiB) over them."""
-    best = float("inf")
+    """Median time of ``repeat`` runs and the workers' peak RSS (MiB) over them."""
+    times = []
     with WorkerRss() as rss:
         for _ in range(repeat):
-            best = min(best, fn(*args))
-    return best, rss.mib
+            times.append(fn(*args))
+    return statistics.median(times), rss.mib
 
 
 def connector_batch_read(spark, url: str, stream: str, partitions: int, ending: int | None = None) -> float:
@@ -465,7 +466,7 @@ def print_table(results: list[Result]) -> str:
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true", help="smaller sizes (under 3 minutes)")
-    parser.add_argument("--repeat", type=int, default=2, help="runs per path; the best is kept")
+    parser.add_argument("--repeat", type=int, default=3, help="runs per path; the median is kept")
     parser.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results"))
     args = parser.parse_args()
     quick, repeat = args.quick, (1 if args.quick else args.repeat)
@@ -518,9 +519,9 @@ def main() -> int:
             label = f"{rows // 1000}k x {size} B"
             base = f"raw nats-py pull to Arrow {label}"
             top = f"ceiling: socket pull to Arrow {label}"
-            results.append(Result(top, rows, size, min(asyncio.run(ceiling.pull_to_arrow(url, name, rows))
-                                                       for _ in range(repeat))))
-            raw = min(asyncio.run(raw_pull_to_arrow(url, name, rows)) for _ in range(repeat))
+            results.append(Result(top, rows, size, statistics.median(
+                asyncio.run(ceiling.pull_to_arrow(url, name, rows)) for _ in range(repeat))))
+            raw = statistics.median(asyncio.run(raw_pull_to_arrow(url, name, rows)) for _ in range(repeat))
             results.append(Result(base, rows, size, raw, ceiling=top))
             for parts in (1, 2):
                 t, rss = timed(connector_batch_read, spark, url, name, parts, repeat=repeat)
@@ -533,8 +534,8 @@ def main() -> int:
                 asyncio.run(make_stream(url, headered))
                 fill_with_the_sink(spark, url, headered, rows, size, rich=kind == "R")
                 top_h = f"ceiling: socket pull to Arrow {label} with {what}"
-                results.append(Result(top_h, rows, size, min(asyncio.run(ceiling.pull_to_arrow(url, headered, rows))
-                                                              for _ in range(repeat))))
+                results.append(Result(top_h, rows, size, statistics.median(
+                    asyncio.run(ceiling.pull_to_arrow(url, headered, rows)) for _ in range(repeat))))
                 t, rss = timed(connector_batch_read, spark, url, headered, 2, repeat=repeat)
                 results.append(Result(f"batch read {label} with {what}, 2 partition(s)", rows, size, t, plain, rss,
                                       top_h))
@@ -563,22 +564,22 @@ def main() -> int:
         connector_batch_write(spark, url, "WARM", 5_000, 100, 2)
         n = 0
         for rows, size in write_sets:
-            raw_best = conn_best = top_best = float("inf")
+            raw_times, conn_times, top_times = [], [], []
             for _ in range(repeat):
                 n += 1
                 asyncio.run(make_stream(url, f"TOP{n}"))
-                top_best = min(top_best, asyncio.run(ceiling.publish(url, f"TOP{n}", rows, size)))
+                top_times.append(asyncio.run(ceiling.publish(url, f"TOP{n}", rows, size)))
                 asyncio.run(make_stream(url, f"RAW{n}"))
-                raw_best = min(raw_best, asyncio.run(raw_publish(url, f"RAW{n}", rows, size)))
+                raw_times.append(asyncio.run(raw_publish(url, f"RAW{n}", rows, size)))
                 asyncio.run(make_stream(url, f"CONN{n}"))
-                conn_best = min(conn_best, connector_batch_write(spark, url, f"CONN{n}", rows, size, 2))
+                conn_times.append(connector_batch_write(spark, url, f"CONN{n}", rows, size, 2))
                 assert asyncio.run(stream_messages(url, f"CONN{n}")) == rows
             label = f"{rows // 1000}k x {size} B"
             base = f"raw nats-py publish {label}"
             top = f"ceiling: socket publish {label}"
-            results.append(Result(top, rows, size, top_best))
-            results.append(Result(base, rows, size, raw_best, ceiling=top))
-            results.append(Result(f"batch write {label}, TTL + msg id, 2 partitions", rows, size, conn_best, base,
+            results.append(Result(top, rows, size, statistics.median(top_times)))
+            results.append(Result(base, rows, size, statistics.median(raw_times), ceiling=top))
+            results.append(Result(f"batch write {label}, TTL + msg id, 2 partitions", rows, size, statistics.median(conn_times), base,
                                   ceiling=top))
             if size == 100:
                 parquet_dir = os.path.join(args.out, ".tmp-parquet")
@@ -586,12 +587,12 @@ def main() -> int:
                  .select(F.concat(F.lit("SWRITE.s"), (F.col("id") % 8).cast("string")).alias("subject"),
                          F.expr(f"cast(repeat('x', {size}) as binary)").alias("data"), F.lit("1h").alias("ttl"))
                  .write.mode("overwrite").parquet(parquet_dir))
-                best = float("inf")
+                times = []
                 for r in range(repeat):
                     asyncio.run(api_once(url, "SWRITE", r))
-                    best = min(best, connector_stream_write(spark, url, "SWRITE", parquet_dir))
+                    times.append(connector_stream_write(spark, url, "SWRITE", parquet_dir))
                 results.append(Result(f"streaming write {label} (Parquet files -> jetstream, addBatch time)",
-                                      rows, size, best, base, ceiling=top))
+                                      rows, size, statistics.median(times), base, ceiling=top))
 
         # ---- latency
         asyncio.run(make_stream(url, "LAT"))
