@@ -238,3 +238,30 @@ def test_a_message_larger_than_the_whole_byte_budget_is_too_large():
     messages = PullEngine(ConsumeConfig.build(max_messages=10))
     assert messages.on_status(409, "Message Size Exceeds MaxBytes", 10, 1000).outcome is Outcome.IGNORE
     assert engine.on_status(409, "Message Size Exceeds MaxBytes", 10, None).outcome is Outcome.IGNORE
+
+
+def _state(engine):
+    return (engine.pending_msgs, engine.pending_bytes, engine.range_left, engine.delivered, engine.last_activity,
+            engine.heartbeats_missed)
+
+
+@pytest.mark.parametrize("kw", [dict(max_messages=50), dict(max_bytes=5000)])
+def test_messages_told_at_once_leave_the_state_that_one_by_one_leaves(kw):
+    import random
+
+    rng = random.Random(7)
+    for _ in range(300):
+        one, many = (PullEngine(cfg(**kw), range_left=rng.choice([None, rng.randrange(0, 200)]), now=0.0)
+                     for _ in range(2))
+        many.range_left = one.range_left
+        for engine in (one, many):
+            engine.on_pull_sent(engine.next_pull())
+            engine.heartbeats_missed = 1
+        run = [(rng.randrange(0, 900), rng.randrange(1, 4)) for _ in range(rng.randrange(0, 80))]
+        for size, advance in run:
+            one.on_message(size, advance, now=5.0)
+        many.on_messages(len(run), sum(s for s, _ in run), sum(a for _, a in run), now=5.0)
+        if not run:  # nothing happened: not even activity
+            assert many.heartbeats_missed == 1
+            continue
+        assert _state(many) == _state(one)

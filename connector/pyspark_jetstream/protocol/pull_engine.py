@@ -241,6 +241,20 @@ class PullEngine:
         self.delivered += 1
         self._activity(now)
 
+    def on_messages(self, count: int, size: int, stream_seq_advance: int, now: float | None = None) -> None:
+        """``count`` user messages at once, ``size`` and ``stream_seq_advance`` their sums: the same state
+        as ``count`` calls of :meth:`on_message` (a clamped subtraction of each is the clamped
+        subtraction of their sum), for a reader that accounts once per socket read."""
+        if count <= 0:
+            return
+        self.pending_msgs = max(self.pending_msgs - count, 0)
+        if self.config.bytes_mode:
+            self.pending_bytes = max(self.pending_bytes - size, 0)
+        if self.range_left is not None:
+            self.range_left = max(self.range_left - stream_seq_advance, 0)
+        self.delivered += count
+        self._activity(now)
+
     def on_status(self, code: int, description: str, pending_msgs: int | None = None,
                   pending_bytes: int | None = None, now: float | None = None) -> StatusVerdict:
         """ADR-37 steps 5-8: classify, and subtract Nats-Pending-* from any status carrying them."""

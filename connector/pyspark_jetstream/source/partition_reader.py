@@ -324,20 +324,49 @@ class PartitionReader:
 
     def _on_frames(self, frames: Any) -> None:
         """Called with the frames on the inbox that one socket read brought, in order (the fast frame
-        path of nats_internals): must never raise into it. The next pull is decided once, after them."""
+        path of nats_internals): must never raise into it.
+
+        The hot path (the loop thread is the read's bottleneck): a message taken mid-range is
+        appended and counted here, and the engine is told of those messages at once, before any
+        other step and at the end; the next pull is decided once, after the run."""
         if self.done:
             return
         subject = reply = b""
+        now = _monotonic()
+        engine, tracker, builder, batch_size = self.engine, self.range, self.builder, self._batch_size
+        bytes_mode = engine.config.bytes_mode
+        count = size = advance = 0
         try:
             for subject, reply, data, headers in frames:
                 if self.done:
-                    return
-                if reply.startswith(_ACK_PREFIX):
-                    self._on_message(subject, reply, data, headers)
-                elif headers is not None:
-                    self._on_status(headers)
+                    break
+                if not reply.startswith(_ACK_PREFIX):
+                    if headers is not None:
+                        engine.on_messages(count, size, advance, now)
+                        count = size = advance = 0
+                        self._on_status(headers)
+                    continue
+                sseq, dseq, ts, pending = fast_fields(reply)
+                if self.resetting:
+                    continue
+                step, moved = tracker.on_message(sseq, dseq, pending, now)
+                if step is _TAKE:
+                    count += 1
+                    advance += moved
+                    if bytes_mode:
+                        size += len(subject) + len(reply) + len(data) + (len(headers) if headers else 0)
+                    builder.add(subject, data, headers, sseq, ts)
+                    if len(builder.seqs) >= batch_size:
+                        self._emit()
+                    continue
+                engine.on_messages(count, size, advance, now)
+                count = size = advance = 0
+                self._on_step(step, moved, subject, reply, data, headers, sseq, dseq, ts, pending, now)
+            engine.on_messages(count, size, advance, now)
+            count = 0
             self._maybe_pull()
         except Exception as exc:  # one bad frame fails this partition, never the shared connection
+            engine.on_messages(count, size, advance, now)
             log.debug("frame handler failed", exc_info=True)
             self._fail(PartitionReadError(
                 f"Reading stream '{self.stream}' sequences {self.first}..{self.last} failed after sequence "
@@ -345,22 +374,15 @@ class PartitionReader:
                 f"read ({type(exc).__name__}: {exc})."
             ))
 
-    def _on_message(self, subject: bytes, reply: bytes, data: bytes, headers: bytes | None) -> None:
-        """The hot path (once per message, on the loop thread, which is the read's bottleneck): the steps
-        are module-level names and the common one, a message taken mid-range, is decided first. The
-        next pull is left to :meth:`_on_frames`, once per socket read."""
-        sseq, dseq, ts, pending = fast_fields(reply)
-        if self.resetting:
+    def _on_step(self, step: Any, advance: int, subject: bytes, reply: bytes, data: bytes, headers: bytes | None,
+                 sseq: int, dseq: int, ts: int, pending: int, now: float) -> None:
+        """A message whose step is not the common one (:meth:`_on_frames` took those)."""
+        if step is _GAP:  # deliveries were lost (e.g. during a reconnect)
+            self._schedule_reset(f"consumer sequence jumped from {self.range.last_dseq} to {dseq}")
             return
-        now = _monotonic()
-        step, advance = self.range.on_message(sseq, dseq, pending, now)
-        if step is not _TAKE:
-            if step is _GAP:  # deliveries were lost (e.g. during a reconnect)
-                self._schedule_reset(f"consumer sequence jumped from {self.range.last_dseq} to {dseq}")
-                return
-            if step is _PAST_END:
-                self._finish()
-                return
+        if step is _PAST_END:
+            self._finish()
+            return
         self.engine.on_message(len(subject) + len(reply) + len(data) + (len(headers) if headers else 0), advance, now)
         if step is _TAKEN_BEFORE:
             if pending == 0:
@@ -370,8 +392,6 @@ class PartitionReader:
         builder.add(subject, data, headers, sseq, ts)
         if len(builder) >= self._batch_size:
             self._emit()
-        if step is _TAKE:
-            return
         if step is _TAKE_LAST:
             self._finish()
         else:  # TAKE_DRAINED
