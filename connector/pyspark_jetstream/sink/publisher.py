@@ -111,7 +111,7 @@ class Publisher:
         self.reply_prefix = inbox + "."
         self._prefix_len = len(self.reply_prefix)
         # PubAcks arrive as raw frames, straight from nats-py's parser: no Msg, queue or task per ack.
-        self._sub = await raw_subscribe(self._nc, inbox + ".*", self._on_ack_frame)
+        self._sub = await raw_subscribe(self._nc, inbox + ".*", self._on_ack_frame, self._on_ack_frames)
         return self
 
     def _on_ack_frame(self, subject: bytes, reply: bytes, data: bytes, headers: bytes | None) -> None:
@@ -124,6 +124,39 @@ class Publisher:
                 self._send_error = exc
             self._room.set()
             self._done.set()
+
+    def _on_ack_frames(self, frames: list) -> None:
+        """The PubAcks one socket read brought, in order (nats_internals' fast frame path): must never
+        raise into the read loop. A plain "stored" ack is settled here and the window's events are set
+        once for the run; every other ack (an error, a duplicate, a dead letter's, a status) takes
+        :meth:`_on_ack`, in its place in the run."""
+        inflight, first_503, cut = self._inflight, self._first_503, self._prefix_len
+        stored = 0
+        try:
+            for subject, _reply, data, headers in frames:
+                token = subject[cut:].decode()
+                if (data and b'"error"' not in data and b'"duplicate"' not in data
+                        and not token.startswith(DEAD_LETTER_TAG)):
+                    if inflight.pop(token, None) is not None:
+                        if first_503:
+                            first_503.pop(token, None)
+                        stored += 1
+                    continue
+                self._on_ack(token, data, headers)
+        except Exception as exc:
+            if self._send_error is None:
+                self._send_error = exc
+            self._room.set()
+            self._done.set()
+        finally:
+            if stored:
+                self.stored += stored
+                self._last_progress = time.monotonic()
+                left = len(inflight)
+                if left <= self._low_water:
+                    self._room.set()
+                if left == 0:
+                    self._done.set()
 
     def _on_ack(self, token: str, data: bytes, headers: bytes | None) -> None:
         retryable = not data and self._retry_503 and token in self._inflight and _status_of(headers) == 503
