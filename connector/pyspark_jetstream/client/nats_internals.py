@@ -129,6 +129,7 @@ class FastFrames:
         handlers, runs = self.handlers, self.runs
         run: list[tuple] = []
         run_sid = -1
+        run_sid_text = None  # the sid as the frames of the current run spell it (skips parsing it again)
         end = len(buf)
         try:
             while pos < end:
@@ -150,6 +151,20 @@ class FastFrames:
                         return pos, -1
                     self.carry = buf[pos:]  # a line still coming
                     return pos, 0
+                if sid == run_sid_text:
+                    start = m.end()
+                    needed = int(size)
+                    stop = start + needed + 2
+                    if stop > end:  # the payload is still coming
+                        self.carry = buf[pos:]
+                        return pos, 0
+                    if hsize > 0:
+                        run.append((subject, reply or b"", buf[start + hsize:start + needed], buf[start:start + hsize]))
+                    else:
+                        run.append((subject, reply or b"", buf[start:start + needed], None))
+                    pos = stop
+                    continue
+                text = sid
                 try:
                     sid = int(sid)
                 except ValueError:  # nats-py says 'malformed MSG'
@@ -171,10 +186,11 @@ class FastFrames:
                     if sid != run_sid:
                         self._deliver(run_sid, run)
                         run, run_sid = [], sid
+                    run_sid_text = text
                     run.append(frame)
                 else:
                     self._deliver(run_sid, run)
-                    run = []
+                    run, run_sid, run_sid_text = [], -1, None
                     try:
                         handler(*frame)
                     except Exception:  # as in dispatch below: nothing may stop the read loop
