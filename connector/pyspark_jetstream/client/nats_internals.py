@@ -151,37 +151,30 @@ class FastFrames:
                         return pos, -1
                     self.carry = buf[pos:]  # a line still coming
                     return pos, 0
-                if sid == run_sid_text:
-                    start = m.end()
-                    needed = int(size)
-                    stop = start + needed + 2
-                    if stop > end:  # the payload is still coming
-                        self.carry = buf[pos:]
-                        return pos, 0
-                    if hsize > 0:
-                        run.append((subject, reply or b"", buf[start + hsize:start + needed], buf[start:start + hsize]))
-                    else:
-                        run.append((subject, reply or b"", buf[start:start + needed], None))
-                    pos = stop
-                    continue
-                text = sid
-                try:
-                    sid = int(sid)
-                except ValueError:  # nats-py says 'malformed MSG'
-                    return pos, -1
+                in_run = sid == run_sid_text  # a frame of the run under way: its sid is known good
+                if not in_run:
+                    text = sid
+                    try:
+                        sid = int(sid)
+                    except ValueError:  # nats-py says 'malformed MSG'
+                        return pos, -1
                 start = m.end()
                 needed = int(size)
                 stop = start + needed + 2
                 if stop > end:  # the payload is still coming
                     self.carry = buf[pos:]
                     return pos, 0
-                handler = handlers.get(sid)
-                if handler is None:
-                    return pos, stop
                 if hsize > 0:
                     frame = (subject, reply or b"", buf[start + hsize:start + needed], buf[start:start + hsize])
                 else:
                     frame = (subject, reply or b"", buf[start:start + needed], None)
+                if in_run:
+                    run.append(frame)
+                    pos = stop
+                    continue
+                handler = handlers.get(sid)
+                if handler is None:
+                    return pos, stop
                 if sid in runs:
                     if sid != run_sid:
                         self._deliver(run_sid, run)
