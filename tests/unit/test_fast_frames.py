@@ -140,20 +140,47 @@ def cut(rng: random.Random, data: bytes) -> list[bytes]:
     return [data[a:b] for a, b in zip([0] + points, points + [len(data)], strict=True)]
 
 
-def both(chunks: list[bytes], raising: bytes | None = None) -> tuple[list, list]:
+def both(chunks: list[bytes], raising: bytes | None = None, large: int | None = None) -> tuple[list, list]:
     reference, fast = [], []
     feed(Recorder(reference), chunks)
-    feed(fast_recorder(fast, raising), chunks)
+    client = fast_recorder(fast, raising)
+    if large is not None:  # frames longer than this that a read cuts are gathered by nats-py
+        client._ps.parse.__self__.large = large
+    feed(client, chunks)
     return reference, fast
 
 
 @settings(max_examples=400, deadline=None)
-@given(seed=st.integers(0, 2**32 - 1), odd=st.sampled_from([0.0, 0.05, 0.3]), stale=st.booleans())
-def test_random_streams_cut_at_random_points_give_the_same_events(seed, odd, stale):
+@given(seed=st.integers(0, 2**32 - 1), odd=st.sampled_from([0.0, 0.05, 0.3]), stale=st.booleans(),
+       large=st.sampled_from([None, 0, 40, 120]))
+def test_random_streams_cut_at_random_points_give_the_same_events(seed, odd, stale, large):
     rng = random.Random(seed)
     data = stream_of(rng, rng.randrange(1, 60), odd, stale)
-    reference, fast = both(cut(rng, data), raising=b"boom")
+    reference, fast = both(cut(rng, data), raising=b"boom", large=large)
     assert fast == reference
+
+
+def test_a_large_frame_cut_by_reads_goes_through_nats_py_and_the_fast_path_resumes_after_it():
+    big = msg(1, b"big", b"y" * 1_000_000)
+    tail = b"".join(msg(1, b"s", b"d%d" % i) for i in range(50))
+    data = msg(1, b"a", b"x") + big + tail
+    chunks = [data[i:i + 32768] for i in range(0, len(data), 32768)]
+    reference, fast = [], []
+    feed(Recorder(reference), chunks)
+    client = fast_recorder(fast)
+    sizes = []
+    original = client._ps.parse.__self__.original_parse
+
+    async def counting(data=b""):
+        sizes.append(len(data))
+        return await original(data)
+
+    client._ps.parse.__self__.original_parse = counting
+    feed(client, chunks)
+    assert fast == reference and len(fast) == 52
+    # nats-py got the big frame only (its head, whole reads, then the bytes that finish it), and
+    # nothing of the small frames after it.
+    assert sum(sizes) == len(big)
 
 
 @settings(max_examples=200, deadline=None)

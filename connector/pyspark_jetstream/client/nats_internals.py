@@ -63,6 +63,11 @@ _LINES = tuple(_unanchored(p) for p in (_wire.OK_RE, _wire.ERR_RE, _wire.PING_RE
 """The other operations, in the order nats-py's parser tries them (after MSG and HMSG)."""
 
 
+LARGE_FRAME = 256 * 1024
+"""A frame this long that a read cuts is gathered by nats-py: carried here, it would be copied once
+per socket read (32 KiB)."""
+
+
 class FastFrames:
     """nats-py's ``parse`` with the raw subscriptions' data frames split out in one synchronous pass.
 
@@ -77,15 +82,16 @@ class FastFrames:
       prefix that still holds them), or, for a line no regex knows, the whole rest,
       after which nats-py parses alone until its buffer is empty again;
     - what is incomplete is kept here until more bytes come, where nats-py would
-      also wait without acting; a ``reset`` (reconnect, stale connection) drops it
-      and ends the pass, as it empties nats-py's buffer mid-loop.
+      also wait without acting (a large frame is handed to nats-py, which is then
+      given exactly the bytes that finish it); a ``reset`` (reconnect, stale
+      connection) drops it and ends the pass, as it empties nats-py's buffer mid-loop.
 
     Consecutive frames of a subscription registered with a run handler are handed
     over together, as one list, after the buffer's pass: the reader then decides
     its next pull once per socket read instead of once per message.
     """
 
-    __slots__ = ("parser", "handlers", "runs", "original_parse", "original_reset", "carry", "generation")
+    __slots__ = ("parser", "handlers", "runs", "original_parse", "original_reset", "carry", "generation", "large")
 
     def __init__(self, parser: Any, handlers: dict[int, RawHandler], runs: dict[int, RunHandler]) -> None:
         self.parser = parser
@@ -95,6 +101,7 @@ class FastFrames:
         self.original_reset = parser.reset
         self.carry = b""
         self.generation = 0
+        self.large = LARGE_FRAME
         parser.parse = self.parse
         parser.reset = self.reset
 
@@ -105,12 +112,20 @@ class FastFrames:
 
     async def parse(self, data: bytes = b"") -> None:
         parser = self.parser
+        generation = self.generation
         if parser.buf or parser.state != _wire.AWAITING_CONTROL_LINE:
-            await self.original_parse(data)  # nats-py is inside something it was handed: it finishes alone
-            return
+            # nats-py is inside something it was handed. Inside a payload it gets exactly the bytes that
+            # finish it (it then acts on that frame alone, as it would have); anything else it finishes alone.
+            missing = parser.needed + 2 - len(parser.buf)
+            if parser.state != _wire.AWAITING_MSG_PAYLOAD or not 0 < missing < len(data):
+                await self.original_parse(data)
+                return
+            await self.original_parse(data[:missing])
+            if self.generation != generation:
+                return
+            data = data[missing:]
         buf = self.carry + data if self.carry else bytes(data)
         self.carry = b""
-        generation = self.generation
         pos = 0
         while True:
             pos, stop = self._split(buf, pos)
@@ -162,6 +177,8 @@ class FastFrames:
                 needed = int(size)
                 stop = start + needed + 2
                 if stop > end:  # the payload is still coming
+                    if stop - pos > self.large:
+                        return pos, -1  # nats-py gathers it (in a bytearray, not by copies of a growing carry)
                     self.carry = buf[pos:]
                     return pos, 0
                 if hsize > 0:
