@@ -90,6 +90,10 @@ def test_the_parser_the_fast_frame_path_sits_in_front_of():
     assert "await self._ps.parse(b)" in source and "self._ps.reset()" in source
     assert inspect.iscoroutinefunction(wire.Parser.parse) and _params(wire.Parser.parse) == ["self", "data"]
     assert parser.buf == bytearray() and parser.state == wire.AWAITING_CONTROL_LINE
+    assert parser.needed == 0 and parser.header_needed == 0  # what a payload still lacks, and its header size
+    asyncio.run(parser.parse(b"HMSG s 1 12 15\r\nNATS"))
+    assert (parser.state, parser.needed, parser.header_needed, bytes(parser.buf)) == \
+        (wire.AWAITING_MSG_PAYLOAD, 15, 12, b"NATS")
     # The regexes it recognises frames with, in the order the parser tries them, each anchored by \A.
     order = re.findall(r"(\w+_RE)\.match\(self\.buf\)", inspect.getsource(wire.Parser.parse))
     assert order == ["MSG_RE", "HMSG_RE", "OK_RE", "ERR_RE", "PING_RE", "PONG_RE", "INFO_RE"]

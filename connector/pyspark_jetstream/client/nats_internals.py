@@ -20,7 +20,7 @@ parser exactly as nats-py would have seen it. nats-py keeps the connection.
 The internals used, all of nats-py 2.x (pinned in pyproject.toml, and checked in
 about a second by ``tests/unit/test_nats_internals.py`` so that an upgrade fails
 there first): ``Client._process_msg``, ``Client._ps`` (its ``parse``,
-``reset``, ``buf`` and ``state``, and the protocol regexes of
+``reset``, ``buf``, ``state``, ``needed`` and ``header_needed``, and the protocol regexes of
 ``nats.protocol.parser``), ``Client._send_command``,
 ``Client._flush_pending``, ``Client._pending`` / ``_pending_data_size``,
 ``Client._server_info``, ``Client.options["max_reconnect_attempts"]`` and
@@ -115,9 +115,12 @@ class FastFrames:
         generation = self.generation
         if parser.buf or parser.state != _wire.AWAITING_CONTROL_LINE:
             # nats-py is inside something it was handed. Inside a payload it gets exactly the bytes that
-            # finish it (it then acts on that frame alone, as it would have); anything else it finishes alone.
+            # finish it (it then acts on that frame alone, as it would have), unless the frame's header
+            # size runs past it (nats-py would read the bytes after it as headers); anything else it
+            # finishes alone.
             missing = parser.needed + 2 - len(parser.buf)
-            if parser.state != _wire.AWAITING_MSG_PAYLOAD or not 0 < missing < len(data):
+            if (parser.state != _wire.AWAITING_MSG_PAYLOAD or parser.header_needed > parser.needed
+                    or not 0 < missing < len(data)):
                 await self.original_parse(data)
                 return
             await self.original_parse(data[:missing])
