@@ -10,7 +10,7 @@ import pytest
 
 from pyspark_jetstream.server import EmbeddedNatsCluster, EmbeddedNatsServer
 
-from .helpers import SyncNats
+from .helpers import PYTHON_START_TIMEOUT, SyncNats
 
 # Spark's Python workers must run this interpreter (it has pyarrow and the connector).
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -59,6 +59,7 @@ def spark():
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.default.parallelism", "2")
         .config("spark.python.worker.reuse", "true")
+        .config("spark.python.authenticate.socketTimeout", PYTHON_START_TIMEOUT)
         .config("spark.sql.streaming.forceDeleteTempCheckpointLocation", "true")
         # Python workers' log records become queryable (helpers.worker_log).
         .config("spark.sql.pyspark.worker.logging.enabled", "true")

@@ -319,6 +319,12 @@ def child_processes(parent: int, needle: str) -> list[int]:
     return found
 
 
+PYTHON_START_TIMEOUT = "120s"
+"""How long Spark waits for a Python process it started to answer (default 15s). On 2 cores running
+a Spark cluster, a NATS cluster and the tests, a new Python worker has taken longer to import and
+answer, failing the query with "Python worker failed to connect back" before it began."""
+
+
 def spark_submit_command(master: str, executor_python: str | None = None) -> list[str]:
     """``spark-submit`` of the installed PySpark with the project's spark-conf/; the driver
     runs this interpreter, the executors ``executor_python`` (default: this one too)."""
@@ -333,7 +339,8 @@ def spark_submit_command(master: str, executor_python: str | None = None) -> lis
         Path(pyspark.__file__).parent / "bin" / "spark-submit")
     return [submit, "--master", master, "--properties-file", str(root / "spark-conf" / "spark-defaults.conf"),
             "--conf", f"spark.pyspark.python={executor_python or sys.executable}",
-            "--conf", f"spark.pyspark.driver.python={sys.executable}"]
+            "--conf", f"spark.pyspark.driver.python={sys.executable}",
+            "--conf", f"spark.python.authenticate.socketTimeout={PYTHON_START_TIMEOUT}"]
 
 
 def worker_log(spark: Any, logger: str) -> list[str]:
