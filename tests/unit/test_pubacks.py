@@ -61,8 +61,8 @@ def test_a_run_of_pubacks_settles_as_one_frame_at_a_time_does(seed):
         pub._done.clear()
     for _ in range(4):
         frames = [reply(rng, rng.choice(tokens + ["999999"])) for _ in range(rng.randrange(0, window + 3))]
-        for frame in frames:
-            one._on_ack_frame(*frame)
+        for subject, _reply, data, headers in frames:  # the per-ack path, one frame at a time
+            one._on_ack(subject[len(PREFIX):].decode(), data, headers)
         run._on_ack_frames(frames)
         assert state(run) == state(one)
     assert run.stored + run.duplicates + run.dead_lettered + len(run.failures) > 0

@@ -204,10 +204,7 @@ class FastFrames:
                 else:
                     self._deliver(run_sid, run)
                     run, run_sid, run_sid_text = [], -1, None
-                    try:
-                        handler(*frame)
-                    except Exception:  # as in dispatch below: nothing may stop the read loop
-                        log.error("a raw frame handler raised; the frame was dropped", exc_info=True)
+                    _call(handler, *frame)
                 pos = stop
             return pos, 0
         finally:
@@ -215,10 +212,16 @@ class FastFrames:
 
     def _deliver(self, sid: int, run: list[tuple]) -> None:
         if run:
-            try:
-                self.runs[sid](run)
-            except Exception:
-                log.error("a raw frame handler raised; %d frames were dropped", len(run), exc_info=True)
+            _call(self.runs[sid], run)
+
+
+def _call(handler: Callable[..., None], *args: Any) -> None:
+    """Run a raw handler on nats-py's read loop, where an exception would stop the loop for every
+    user of the connection: it is logged, and what the handler was given is dropped."""
+    try:
+        handler(*args)
+    except Exception:
+        log.error("a raw frame handler raised; what it was given was dropped", exc_info=True)
 
 
 def _install(nc: Any) -> dict[int, RawHandler]:
@@ -233,10 +236,7 @@ def _install(nc: Any) -> dict[int, RawHandler]:
         if handler is None:
             await original(sid, subject, reply, data, headers)
             return
-        try:
-            handler(subject, reply, data, headers)
-        except Exception:  # an exception here would stop nats-py's read loop for every user of nc
-            log.error("a raw frame handler raised; the frame was dropped", exc_info=True)
+        _call(handler, subject, reply, data, headers)
 
     nc._process_msg = dispatch  # frames nats-py's parser still parses (after a line FastFrames leaves to it)
     runs: dict[int, RunHandler] = {}

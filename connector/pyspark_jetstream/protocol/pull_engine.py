@@ -233,13 +233,7 @@ class PullEngine:
         ``stream_seq_advance`` (this seq minus the previous one) shrinks the range
         left, so deleted or filtered-out sequences are not asked for again.
         """
-        self.pending_msgs = max(self.pending_msgs - 1, 0)
-        if self.config.bytes_mode:
-            self.pending_bytes = max(self.pending_bytes - size, 0)
-        if self.range_left is not None:
-            self.range_left = max(self.range_left - stream_seq_advance, 0)
-        self.delivered += 1
-        self._activity(now)
+        self.on_messages(1, size, stream_seq_advance, now)
 
     def on_messages(self, count: int, size: int, stream_seq_advance: int, now: float | None = None) -> None:
         """``count`` user messages at once, ``size`` and ``stream_seq_advance`` their sums: the same state

@@ -115,20 +115,14 @@ class Publisher:
         return self
 
     def _on_ack_frame(self, subject: bytes, reply: bytes, data: bytes, headers: bytes | None) -> None:
-        """Called by nats-py's parser for every PubAck: must never raise into it. A failure here fails
-        the write (the next wait raises it) instead of losing the ack to a log line."""
-        try:
-            self._on_ack(subject[self._prefix_len:].decode(), data, headers)
-        except Exception as exc:
-            if self._send_error is None:
-                self._send_error = exc
-            self._room.set()
-            self._done.set()
+        """Called by nats-py's parser for a PubAck it parsed itself: as one of a run."""
+        self._on_ack_frames(((subject, reply, data, headers),))
 
     def _on_ack_frames(self, frames: list) -> None:
         """The PubAcks one socket read brought, in order (nats_internals' fast frame path): must never
-        raise into the read loop. A plain "stored" ack is settled here and the window's events are set
-        once for the run; every other ack (an error, a duplicate, a dead letter's, a status) takes
+        raise into the read loop; a failure here fails the write (the next wait raises it) instead of
+        losing the ack to a log line. A plain "stored" ack is settled here and the window's events are
+        set once for the run; every other ack (an error, a duplicate, a dead letter's, a status) takes
         :meth:`_on_ack`, in its place in the run."""
         inflight, first_503, cut = self._inflight, self._first_503, self._prefix_len
         stored = 0
@@ -191,7 +185,6 @@ class Publisher:
             self._room.set()
         if inflight == 0:
             self._done.set()
-
 
     def _schedule_retry(self, token: str) -> bool:
         """Queue ``token`` for a resend unless its 503s have lasted ``ackTimeout``."""

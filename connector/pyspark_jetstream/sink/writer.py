@@ -52,7 +52,6 @@ _DLQ_VALUE_MAX = 1024
 """Longest value of a dead-letter header the connector writes (a subject can be long)."""
 
 
-
 @dataclass(frozen=True)
 class SinkPlan:
     options: SinkOptions
