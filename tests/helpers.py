@@ -421,14 +421,44 @@ def kv_of(client: SyncNats, bucket: str) -> Any:
     return client.run(client.js.key_value(bucket))
 
 
+def _settled(ask: Callable[[], Any], deadline: float = 10.0) -> Any:
+    """nats-py's answer once two in a row agree. nats-py 2.16's KV watcher, under ``keys()`` and
+    ``history()``, can end its initial replay before deliveries already on their way and answer
+    fewer entries or none (nats-io/nats.py#842); asking again gives the bucket's real state."""
+    answer = ask()
+    end = time.monotonic() + deadline
+    while time.monotonic() < end:
+        again = ask()
+        if again == answer:
+            return answer
+        answer = again
+    return answer
+
+
+def kv_keys(client: SyncNats, kv: Any) -> list[str]:
+    """``kv.keys()``, sorted; [] when nats-py finds none."""
+    import nats.js.errors
+
+    def ask() -> list[str]:
+        try:
+            return sorted(client.run(kv.keys()))
+        except nats.js.errors.NoKeysError:
+            return []
+
+    return _settled(ask)
+
+
 def history(client: SyncNats, kv: Any, key: str) -> list[tuple[str, bytes]]:
     """``kv.history(key)`` as (operation, value) pairs; [] when the key has no trace."""
     import nats.js.errors
 
-    try:
-        return [(e.operation or "PUT", e.value) for e in client.run(kv.history(key))]
-    except nats.js.errors.NoKeysError:
-        return []
+    def ask() -> list[tuple[str, bytes]]:
+        try:
+            return [(e.operation or "PUT", e.value) for e in client.run(kv.history(key))]
+        except nats.js.errors.NoKeysError:
+            return []
+
+    return _settled(ask)
 
 
 def latest(client: SyncNats, kv: Any, key: str) -> Any:

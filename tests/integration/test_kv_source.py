@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import os
 
-from ..helpers import finished, kv_of, latest, publish
+from ..helpers import finished, kv_keys, kv_of, latest, publish
 
 
 def _bucket(client, name, **config):
@@ -15,7 +15,7 @@ def _bucket(client, name, **config):
 
 def _nats_py_state(client, kv) -> dict[str, bytes]:
     """The bucket as a KV client sees it: every live key and its value."""
-    return {key: latest(client, kv, key) for key in client.run(kv.keys())}
+    return {key: latest(client, kv, key) for key in kv_keys(client, kv)}
 
 
 def test_the_latest_view_is_the_buckets_current_state_as_nats_py_sees_it(spark, nats_server, nats_client,
