@@ -1,6 +1,8 @@
 """The column-wise header decoding against the per-row one it replaces on the hot path: random header
 blocks (repeated names, empty values, colons in values, tabs, status lines, lines without a colon,
-non-ASCII and non-UTF-8 bytes) give identical columns, and the common shapes do take the fast path."""
+non-ASCII and non-UTF-8 bytes) give identical columns, and the common shapes do take the fast path.
+Batches of one producer's shape (every block the same names in the same order) are decoded by a path
+of their own, held to the per-row decoding by a differential test of its own, perturbed rows included."""
 
 from __future__ import annotations
 
@@ -69,6 +71,83 @@ def test_the_common_shapes_take_the_column_wise_path():
     odd = [b"NATS/1.0\r\nX: \x1c v\x1f\r\n\tY\x0b:\ta\nb \r\nno colon\r\n:\r\n\r\n"]  # ASCII white space
     assert header_columns.columnar(odd, MAP, NAMES).headers.to_pylist() == [[("X", ["v"]), ("Y", ["a\nb"]), ("", [""])]]
     same(header_columns.columnar(odd, MAP, NAMES), header_columns.per_row(odd, MAP, NAMES))
+
+
+template_name = st.sampled_from(["Nats-Msg-Id", "Nats-TTL", "Nats-Expected-Stream", "Nats-Marker-Reason",
+                                 "KV-Operation", "X-Tag", "x-tag", " X-Tag ", "\tX-Tag", "", "A:B"]) \
+    | st.text(alphabet=st.characters(min_codepoint=32, max_codepoint=126), max_size=5)
+ascii_value = st.text(alphabet=st.characters(max_codepoint=127, blacklist_characters="\r\n"), max_size=8) \
+    | st.sampled_from(["1h", "", " ", "a:b", "\t x \x0c", "w3f2:0:17"])
+
+
+@st.composite
+def one_producer(draw):
+    """Blocks of one shape: the same lines in the same order (names repeated, lines without a colon and
+    blank lines among them), each row its own values; sometimes one row perturbed."""
+    slots = draw(st.lists(st.one_of(template_name.map(lambda n: ("header", n)),
+                                    st.sampled_from([("plain", "no colon"), ("plain", ""), ("plain", " \t")])),
+                          max_size=6))
+    status = draw(st.sampled_from(["NATS/1.0", "NATS/1.0 100 Idle Heartbeat"]))
+    sep = draw(st.sampled_from([":", ": ", " : ", ":\t"]))
+    rows = draw(st.integers(1, 60))
+    blocks = []
+    for _ in range(rows):
+        lines = [f"{n}{sep}{draw(ascii_value)}" if kind == "header" else n for kind, n in slots]
+        blocks.append((status + "\r\n" + "".join(f"{x}\r\n" for x in lines) + "\r\n").encode())
+    perturbed = draw(st.sampled_from([None, "name", "extra line", "missing line", "colon", "no headers", "none"]))
+    if perturbed:
+        i = draw(st.integers(0, rows - 1))
+        text = blocks[i].decode()
+        if perturbed == "name":
+            text = text.replace(sep, "x" + sep, 1)
+        elif perturbed == "extra line":
+            text = text.replace("\r\n", "\r\nX-Extra: 1\r\n", 1)
+        elif perturbed == "missing line":
+            text = text.replace("\r\n", "\r\n", 1).split("\r\n", 2)
+            text = text[0] + "\r\n" + (text[2] if len(text) > 2 else "")
+        elif perturbed == "colon":
+            text = text.replace("no colon", "no: colon")
+        elif perturbed == "no headers":
+            text = status + "\r\n\r\n"
+        blocks[i] = None if perturbed == "none" else text.encode()
+    return blocks, perturbed
+
+
+@settings(max_examples=400, deadline=None)
+@given(one_producer())
+def test_batches_of_one_producers_shape_decode_the_same_on_their_own_path(drawn):
+    blocks, perturbed = drawn
+    slow = header_columns.per_row(blocks, MAP, NAMES)
+    text = header_columns._ascii_text(blocks)
+    uniform = header_columns._uniform(text, MAP, NAMES) if text is not None else None
+    if perturbed is None:
+        assert uniform is not None  # the shape this path is for takes it
+    if uniform is not None:
+        same(uniform, slow)
+    same(header_columns.decode(blocks, MAP, NAMES), slow)
+
+
+def test_one_producers_shapes_take_their_own_path():
+    def blocks(*lines_of_rows):
+        return [("NATS/1.0\r\n" + "".join(f"{x}\r\n" for x in lines) + "\r\n").encode() for lines in lines_of_rows]
+
+    sink = blocks(*[[f"Nats-Msg-Id: w1:0:{i}", "Nats-TTL: 1h", "Nats-Expected-Stream: S"] for i in range(5)])
+    rich = blocks(*[["Nats-Msg-Id: m", f"X-Tag:{i}", " Nats-TTL : 5s ", "X-Tag: \tb", "no colon"] for i in range(3)])
+    for batch in (sink, rich):
+        fast = header_columns._uniform(header_columns._ascii_text(batch), MAP, NAMES)
+        assert fast is not None
+        same(fast, header_columns.per_row(batch, MAP, NAMES))
+    fast = header_columns._uniform(header_columns._ascii_text(rich), MAP, NAMES)
+    assert fast.headers.to_pylist()[2] == [("Nats-Msg-Id", ["m"]), ("X-Tag", ["2", "b"]), ("Nats-TTL", ["5s"])]
+    assert fast.first["Nats-TTL"].to_pylist() == ["5s"] * 3
+    assert fast.first["KV-Operation"].null_count == 3
+    # Not one shape: another path decides (and decides the same).
+    for batch in (sink + rich, sink[:2] + blocks(["Nats-Msg-Id: x", "Nats-TTL 1h", "Nats-Expected-Stream: S"]),
+                  blocks(["A: 1", "no colon"], ["A: 2", "b: colon"]), sink + [None]):
+        assert header_columns._uniform(header_columns._ascii_text(batch), MAP, NAMES) is None
+        same(header_columns.decode(batch, MAP, NAMES), header_columns.per_row(batch, MAP, NAMES))
+    empty = blocks([], [])
+    assert header_columns._uniform(header_columns._ascii_text(empty), MAP, NAMES).headers.null_count == 2
 
 
 ttl_value = st.sampled_from(["1h", "never", "NEVER", "9999999999999", "18446744073709551615", "0", "", " 5", "abc",

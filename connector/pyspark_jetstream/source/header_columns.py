@@ -3,16 +3,23 @@
 Almost every message a real stream holds carries headers (``Nats-Msg-Id`` and ``Nats-TTL``
 on anything an idempotent producer wrote), and decoding them row by row in Python was the
 largest per-message cost of a read. :func:`columnar` decodes a whole batch's blocks with
-pyarrow compute: split into lines, drop each block's status line, split name from value at
-the first ``:``, trim, group repeated names in order (one hash group-by), and take the
-values the source derives columns from (``Nats-TTL``, ``Nats-Marker-Reason``,
-``KV-Operation``) as vectorised look-ups.
+pyarrow compute, by one of two paths:
 
-It returns ``None`` for a batch with a block outside the common shape: bytes that are not
+* :func:`_uniform`, for a batch whose blocks all have the same lines in the same order, each
+  line the same name (what one producer writes: this connector's sink, nats-py, nats.go):
+  each line position is one column, checked to start with its name and sliced after the
+  ``:``; the map is those columns interleaved. No hashing, about a fifth of the general path's
+  time.
+* :func:`_general`, for any other batch: split into lines, drop each block's status line,
+  split name from value at the first ``:``, trim, group repeated names in order (one hash
+  group-by), and take the values the source derives columns from (``Nats-TTL``,
+  ``Nats-Marker-Reason``, ``KV-Operation``) as vectorised look-ups.
+
+Both return ``None`` for a batch with a block outside the common shape: bytes that are not
 UTF-8, or any that are not ASCII (where pyarrow's and Python's notions of white space could
 differ; for ASCII both trim exactly ``str.isspace`` characters). :func:`per_row` then decodes that batch
 exactly as before, with :func:`~pyspark_jetstream.protocol.headers.parse_headers`. A
-differential test (``tests/unit/test_header_columns.py``) holds both to the same columns.
+differential test (``tests/unit/test_header_columns.py``) holds all three to the same columns.
 """
 
 from __future__ import annotations
@@ -36,16 +43,83 @@ class HeaderColumns:
 
 
 def columnar(blocks: list[bytes | None], map_type: Any, names: tuple[str, ...]) -> HeaderColumns | None:
+    """The batch decoded column-wise, or ``None`` when it is outside the common shape."""
+    text = _ascii_text(blocks)
+    if text is None:
+        return None
+    return _uniform(text, map_type, names) or _general(text, map_type, names)
+
+
+def _ascii_text(blocks: list[bytes | None]) -> Any:
+    """The blocks as a string array, or ``None`` when one is not ASCII (or not UTF-8 at all)."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    n = len(blocks)
     try:
         text = pa.array(blocks, pa.binary()).cast(pa.string())
     except (pa.ArrowInvalid, UnicodeDecodeError):
         return None  # not UTF-8 somewhere: the per-row path replaces what it cannot decode
     if not pc.all(pc.string_is_ascii(text)).as_py():
         return None  # Unicode white space is Python's to trim
+    return text
+
+
+def _uniform(text: Any, map_type: Any, names: tuple[str, ...]) -> HeaderColumns | None:
+    """Blocks with the same lines in the same order, every line at a position the same name (or,
+    at that position, no line a header): ``None`` for any other batch."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    n = len(text)
+    if n == 0 or text.null_count:
+        return None
+    lines = pc.split_pattern(text, "\r\n")
+    widths = pc.min_max(pc.list_value_length(lines))
+    width = widths["max"].as_py()
+    if widths["min"].as_py() != width:
+        return None
+    columns: dict[str, list[Any]] = {}  # name -> its value columns, in order of first appearance
+    for j, line in enumerate(lines[0].as_py()[1:], start=1):  # row 0's lines; the status line is not a header
+        column = pc.list_element(lines, j)
+        raw, colon, _ = line.partition(":")
+        if not colon:  # not a header in row 0 (the blank lines at the end): then in no row
+            if pc.any(pc.match_substring(column, ":")).as_py():
+                return None
+            continue
+        prefix = raw + ":"  # its only ':' is the last: every line that starts so splits there too
+        if not pc.all(pc.starts_with(column, prefix)).as_py():
+            return None
+        values = pc.ascii_trim(pc.utf8_slice_codeunits(column, len(prefix)), _PY_ASCII_WHITESPACE)
+        columns.setdefault(raw.strip(_PY_ASCII_WHITESPACE), []).append(values)
+    if not columns:  # no header line in any block
+        return HeaderColumns(pa.nulls(n, map_type), {name: pa.nulls(n, pa.string()) for name in names})
+    # Row r's values, name by name: value slot s of every row comes from the same column, so the
+    # row-major order is a take of the columns laid end to end at column(s) * n + r.
+    ordered = [values for group in columns.values() for values in group]
+    per_row = len(ordered)
+    slot_column = _tile(_counting(per_row), n)
+    row_of_slot = pc.divide(_counting(n * per_row), per_row)
+    values = pc.take(pa.concat_arrays(ordered), pc.add(pc.multiply(slot_column, n), row_of_slot))
+    lengths = [len(group) for group in columns.values()]
+    if per_row == len(lengths):  # no name repeated: one value per entry
+        item_offsets = _counting(n * per_row + 1).cast(pa.int32())
+    else:
+        item_offsets = pa.concat_arrays([pa.array([0], pa.int64()),
+                                         pc.cumulative_sum(_tile(pa.array(lengths, pa.int64()), n))]).cast(pa.int32())
+    items = pa.ListArray.from_arrays(item_offsets, values)
+    keys = _tile(pa.array(list(columns), pa.string()), n)
+    offsets = pc.multiply(_counting(n + 1), len(lengths)).cast(pa.int32())
+    headers = pa.MapArray.from_arrays(offsets, keys, items, type=map_type)
+    first = {name: columns[name][0] if name in columns else pa.nulls(n, pa.string()) for name in names}
+    return HeaderColumns(headers, first)
+
+
+def _general(text: Any, map_type: Any, names: tuple[str, ...]) -> HeaderColumns:
+    """Any batch of ASCII blocks (or none)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    n = len(text)
     lines_per_row = pc.list_slice(pc.split_pattern(text, "\r\n"), 1)  # the status line is not a header
     lines = pc.list_flatten(lines_per_row)
     rows = pc.list_parent_indices(lines_per_row)
@@ -89,12 +163,31 @@ def columnar(blocks: list[bytes | None], map_type: Any, names: tuple[str, ...]) 
     return HeaderColumns(headers, first)
 
 
+_COUNTING: Any = None
+
+
 def _counting(n: int) -> Any:
-    """0, 1, ..., n-1 as an int64 array, without a Python loop."""
+    """0, 1, ..., n-1 as an int64 array: a slice of one kept array, grown by doubling."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    return pc.subtract(pc.cumulative_sum(pa.nulls(n, pa.int64()).fill_null(1)), 1)
+    global _COUNTING
+    have = _COUNTING
+    if have is None or len(have) < n:
+        size = max(n, 2 * len(have) if have is not None else 1 << 16)
+        have = _COUNTING = pc.subtract(pc.cumulative_sum(pa.nulls(size, pa.int64()).fill_null(1)), 1)
+    return have.slice(0, n)
+
+
+def _tile(values: Any, times: int) -> Any:
+    """``values`` repeated ``times`` times, end to end."""
+    import pyarrow as pa
+
+    want = len(values) * times
+    out = values
+    while len(out) < want:
+        out = pa.concat_arrays([out, out])
+    return out.slice(0, want)
 
 
 def _starts(sorted_values: Any) -> Any:
