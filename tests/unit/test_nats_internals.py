@@ -99,6 +99,9 @@ def test_the_parser_the_fast_frame_path_sits_in_front_of():
     assert order == ["MSG_RE", "HMSG_RE", "OK_RE", "ERR_RE", "PING_RE", "PONG_RE", "INFO_RE"]
     for name in order:
         assert getattr(wire, name).pattern.startswith(b"\\A"), name
+    # FastFrames tries one of the two by the first byte: MSG's begins with 'M', HMSG's with 'H', case and all.
+    assert wire.MSG_RE.pattern.startswith(b"\\AMSG") and wire.HMSG_RE.pattern.startswith(b"\\AHMSG")
+    assert not (wire.MSG_RE.flags | wire.HMSG_RE.flags) & re.IGNORECASE
     # The parser calls its client with these (the differential test's recorder has the same).
     for hook, params in (("_process_err", ["self", "err_msg"]), ("_process_ping", ["self"]),
                          ("_process_pong", ["self"]), ("_process_info", ["self", "info"])):

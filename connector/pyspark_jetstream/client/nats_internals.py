@@ -152,10 +152,11 @@ class FastFrames:
         try:
             while pos < end:
                 hsize = 0
-                m = _MSG.match(buf, pos)
-                if m is not None:
-                    subject, sid, _, reply, size = m.groups()
-                else:
+                if buf[pos] != 72:  # not 'H': only MSG's regex can match here (HMSG's starts with 'H')
+                    m = _MSG.match(buf, pos)
+                    if m is not None:
+                        subject, sid, _, reply, size = m.groups()
+                else:  # and only HMSG's (MSG's starts with 'M'): one regex tried, not two
                     m = _HMSG.match(buf, pos)
                     if m is not None:
                         subject, sid, _, reply, hsize, size = m.groups()
