@@ -361,3 +361,28 @@ def test_hostile_rows_go_to_dead_letters_and_good_rows_are_unaffected(spark, nat
     assert all(h["Spark-JetStream-Err-Code"] == ["client"] for h in dead.values())
     assert "X-A" not in dead[b"crlf-value"] and "forged" not in str(dead[b"crlf-value"].get("Nats-Msg-Id"))
     assert dead[b"reserved"]["Spark-JetStream-Row"] == ["0:6"]
+
+
+def test_a_batch_larger_than_half_the_window_is_published_in_slices_with_every_row_its_own_id(
+        nats_server, nats_client, stream_name):
+    """write_partition outside Spark: 5,000 rows in one Arrow batch, window 64, so encoded and published
+    in slices of 1,024 rows. Every row keeps the position-derived id it would have had in one piece:
+    5,000 distinct ids, and the same batch written again is 5,000 duplicates."""
+    import pyarrow as pa
+    from pyspark.sql.types import StringType, StructField, StructType
+
+    from pyspark_jetstream.sink.setup import plan_sink
+    from pyspark_jetstream.sink.writer import write_partition
+
+    nats_client.add_stream(stream_name, [f"{stream_name}.>"])
+    options = {"servers": nats_server.url, "stream": stream_name, "subject": f"{stream_name}.x",
+               "maxPendingAcks": "64"}
+    plan = plan_sink(options, StructType([StructField("data", StringType())]), overwrite=False, streaming=False)
+    batch = pa.RecordBatch.from_pydict({"data": pa.array([str(i) for i in range(5000)])})
+    first = write_partition(plan, [batch])
+    again = write_partition(plan, [batch])
+    assert (first.published, first.duplicates, again.published, again.duplicates) == (5000, 0, 0, 5000)
+    stored = nats_client.messages(stream_name)
+    assert sorted(int(m.data) for m in stored) == list(range(5000))
+    assert sorted(int(m.headers["Nats-Msg-Id"][0].rsplit(":", 1)[1]) for m in stored) == list(range(5000))
+    assert all(m.headers["Nats-Msg-Id"][0].rsplit(":", 1)[1] == m.data.decode() for m in stored)

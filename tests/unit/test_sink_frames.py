@@ -132,3 +132,38 @@ def test_a_message_of_exactly_max_payload_is_sent_and_one_byte_more_is_refused()
     assert fast.frames == slow.frames and [f[0] for f in fast.frames] == [0]
     assert [r.position for r in fast.rejected] == [r.position for r in slow.rejected] == [1]
     assert f"more than the server's max_payload of {size}" in fast.rejected[0].reason
+
+
+def test_a_batch_encoded_in_slices_gives_the_whole_batchs_frames_refusals_and_ids():
+    """The writer encodes each Arrow batch in slices of half the window: running positions and the
+    content-addressed ids (one source message exploded into adjacent rows across a slice's edge)
+    must come out as if the batch were encoded at once."""
+    from pyspark_jetstream.sink.writer import slices
+
+    n = 2500
+    fields = [StructField("subject", StringType()), StructField("data", BinaryType()),
+              StructField("ttl", StringType()), StructField("stream", StringType()), StructField("seq", LongType())]
+    batch = pa.RecordBatch.from_pydict({
+        "subject": pa.array(["bad subject" if i % 401 == 0 else f"o.{i % 7}" for i in range(n)]),
+        "data": pa.array([b"x" * (i % 50) for i in range(n)], pa.binary()),
+        "ttl": pa.array([None if i % 5 else "1h" for i in range(n)]),
+        "stream": pa.array(["SRC"] * n), "seq": pa.array([i // 3 for i in range(n)], pa.int64()),  # 1023, 1024: one
+    })
+    layout = layout_from_schema(StructType(fields), has_default_subject=False)
+    cfg = EncoderConfig(default_subject=None, default_ttl=None, preserve_expiry=False, expected_stream="S",
+                        allow_rollup=False, max_payload=1 << 20)
+    whole = BatchEncoder(layout, cfg, MsgIds("q:7", 1)).encode(batch, 5000, "_INBOX.r.", now=NOW)
+    parts = slices(batch, 1024)
+    assert [p.num_rows for p in parts] == [1024, 1024, 452]
+    assert slices(batch, n) == [batch]
+    encoder, position, frames, rejected = BatchEncoder(layout, cfg, MsgIds("q:7", 1)), 5000, [], []
+    for part in parts:
+        out = encoder.encode(part, position, "_INBOX.r.", now=NOW)
+        position += part.num_rows
+        frames += out.frames
+        rejected += [(r.position, r.subject, r.reason) for r in out.rejected]
+    assert frames == whole.frames and len(frames) == n - 7
+    assert rejected == [(r.position, r.subject, r.reason) for r in whole.rejected]
+    ids = {f[0]: f[4] for f in frames}  # position -> msg id; rows 1023 and 1024 are one message, at the edge
+    assert [ids[5000 + i] for i in range(1022, 1026)] == ["q:7:SRC.340.2", "q:7:SRC.341", "q:7:SRC.341.1",
+                                                          "q:7:SRC.341.2"]
