@@ -569,6 +569,14 @@ def main() -> int:
                 t, rss = timed(connector_batch_read, spark, url, headered, 2, repeat=repeat)
                 results.append(Result(f"batch read {label} with {what}, 2 partition(s)", rows, size, t, plain, rss,
                                       top_h))
+                if kind == "S":
+                    # What the server allows: its delivery alone, the frames counted and nothing built.
+                    bare = statistics.median(asyncio.run(ceiling.pull_frames(url, name, rows)) for _ in range(repeat))
+                    hdr = statistics.median(asyncio.run(ceiling.pull_frames(url, headered, rows))
+                                            for _ in range(repeat))
+                    notes.append(f"Server delivery alone ({label}, two consumers in parallel, frames only counted): "
+                                 f"header-less {rows / bare:,.0f} msg/s, with the sink's headers {rows / hdr:,.0f} "
+                                 f"msg/s: {bare / hdr:.2f}x the header-less rate.")
             if size == 100:
                 t, rss = timed(connector_stream_read, spark, url, name, 2, 100_000, repeat=repeat)
                 results.append(Result(f"streaming read {label} (AvailableNow, 100k/trigger)", rows, size, t, base, rss,

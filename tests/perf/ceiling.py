@@ -7,6 +7,8 @@ work as the connector's paths and in the same run:
   every MSG/HMSG frame parsed from the socket buffer in a tight loop and appended to the
   connector's own :class:`~pyspark_jetstream.source.rows.BatchBuilder`, built into the same
   Arrow batches every 10k messages;
+- :func:`pull_frames`: the same pulls by two consumers in parallel with nothing built, only the
+  frames counted: what the server itself delivers (the headered reads are compared on it);
 - :func:`publish`: ``HPUB`` frames with ``Nats-TTL`` and ``Nats-Msg-Id`` (what the sink sends),
   a reply subject per frame under one wildcard subscription, at most ``window`` PubAcks
   outstanding, every PubAck checked.
@@ -84,15 +86,47 @@ class _Conn:
 async def pull_to_arrow(url: str, stream: str, count: int, batch: int = 10_000) -> float:
     from pyspark_jetstream.source.rows import BatchBuilder
 
+    builder = BatchBuilder(stream)
+
+    def take(subject: bytes, ack: bytes, headers: bytes | None, payload: bytes) -> None:
+        tokens = ack.split(b".")
+        builder.add(subject, payload, headers, int(tokens[-4]), int(tokens[-2]))
+        if len(builder) >= batch:
+            builder.build()
+
+    start = time.perf_counter()
+    await _pull(url, stream, 1, count, take, batch)
+    if len(builder):
+        builder.build()
+    return time.perf_counter() - start
+
+
+async def pull_frames(url: str, stream: str, count: int, readers: int = 2) -> float:
+    """What the server delivers, with nothing built: ``readers`` consumers in parallel (as the
+    connector's partitions), each pulling its share of ``1..count`` and only counting frames."""
+    share = count // readers
+
+    def take(subject: bytes, ack: bytes, headers: bytes | None, payload: bytes) -> None:
+        return None
+
+    start = time.perf_counter()
+    await asyncio.gather(*(_pull(url, stream, 1 + k * share, share if k < readers - 1 else count - k * share, take)
+                           for k in range(readers)))
+    return time.perf_counter() - start
+
+
+async def _pull(url: str, stream: str, first: int, count: int, take, batch: int = 10_000) -> None:
+    """One consumer from ``first`` on, ``CONSUMER.MSG.NEXT`` pulls of ``batch`` refilled at half,
+    ``take(subject, ack, headers, payload)`` for each of ``count`` messages."""
     conn = await _Conn.open(url)
     name = f"ceil{uuid.uuid4().hex[:8]}"
     reply = await conn.request(f"$JS.API.CONSUMER.CREATE.{stream}.{name}", {"stream_name": stream, "config": {
-        "name": name, "ack_policy": "none", "deliver_policy": "all", "mem_storage": True, "num_replicas": 1}})
+        "name": name, "ack_policy": "none", "deliver_policy": "by_start_sequence", "opt_start_seq": first,
+        "mem_storage": True, "num_replicas": 1}})
     assert "error" not in reply, reply
     inbox = f"_CEIL.{uuid.uuid4().hex}"
     pull = f"PUB $JS.API.CONSUMER.MSG.NEXT.{stream}.{name} {inbox} "
     conn.writer.write(f"SUB {inbox} 1\r\n".encode())
-    builder = BatchBuilder(stream)
     got = pending = 0
 
     def ask(n: int) -> None:
@@ -101,27 +135,19 @@ async def pull_to_arrow(url: str, stream: str, count: int, batch: int = 10_000) 
         conn.writer.write(f"{pull}{len(body)}\r\n".encode() + body + b"\r\n")
         pending += n
 
-    start = time.perf_counter()
     ask(min(batch, count))
     while got < count:
         for subject, ack, headers, payload in conn.frames(await conn.reader.read(1 << 20)):
             if not ack:
                 continue  # a status: the range is sized so that none ends a pull early
-            tokens = ack.split(b".")
-            builder.add(subject, payload, headers, int(tokens[-4]), int(tokens[-2]))
+            take(subject, ack, headers, payload)
             got += 1
             pending -= 1
-            if len(builder) >= batch:
-                builder.build()
         if got < count and pending < batch // 2:
             want = min(batch - pending, count - got - pending)
             if want > 0:
                 ask(want)
-    if len(builder):
-        builder.build()
-    elapsed = time.perf_counter() - start
     conn.writer.close()
-    return elapsed
 
 
 async def publish(url: str, stream: str, rows: int, size: int, window: int = 10_000) -> float:

@@ -18,4 +18,5 @@ def test_quick_bench_writes_its_table_and_chart(tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     table = (tmp_path / "bench-quick.md").read_text()
     assert "| batch read" in table and "| batch write" in table and "p50" in table
+    assert "Server delivery alone" in table and "with the sink's headers" in table
     assert (tmp_path / "bench-quick.png").stat().st_size > 10_000
