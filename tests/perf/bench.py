@@ -601,7 +601,7 @@ def main() -> int:
         # ---- writes. Only the connector's path runs through the JVM, so each path starts from the same
         # state: the read streams deleted (the server held over a gigabyte of them), every target stream
         # deleted once measured, the JVM's and Python's garbage collected before each run, and the order
-        # of the three paths rotated. Without this the connector's writes ran 15-40% slower in this
+        # of the paths rotated. Without this the connector's writes ran 15-40% slower in this
         # harness than on a fresh server and JVM, while raw nats-py did not (see README, Performance).
         from noio_sink import NoIoSink
 
@@ -611,16 +611,18 @@ def main() -> int:
         connector_batch_write(spark, url, "WARM", 5_000, 100, 2)
         n = 0
         for rows, size in write_sets:
-            times: dict[str, list[float]] = {"top": [], "raw": [], "conn": [], "spark": []}
+            times: dict[str, list[float]] = {"top": [], "raw": [], "conn": [], "spark": [], "conn1": []}
             paths = {
                 "spark": lambda name, rows=rows, size=size: connector_batch_write(spark, url, name, rows, size, 2,
                                                                                   "noio_sink"),
                 "top": lambda name, rows=rows, size=size: asyncio.run(ceiling.publish(url, name, rows, size)),
                 "raw": lambda name, rows=rows, size=size: asyncio.run(raw_publish(url, name, rows, size)),
                 "conn": lambda name, rows=rows, size=size: connector_batch_write(spark, url, name, rows, size, 2),
+                # One connection and one process, as the raw client: what a task alone does.
+                "conn1": lambda name, rows=rows, size=size: connector_batch_write(spark, url, name, rows, size, 1),
             }
             for r in range(repeat):
-                order = list(paths)[r % 4:] + list(paths)[:r % 4]
+                order = list(paths)[r % len(paths):] + list(paths)[:r % len(paths)]
                 for path in order:
                     n += 1
                     name = f"{path.upper()}{n}"
@@ -643,6 +645,8 @@ def main() -> int:
             results.append(Result(f"batch write {label}, the connector's own time (job minus Spark's own "
                                   f"{spark_job * 1000:.0f} ms)", rows, size,
                                   statistics.median(conn_times) - spark_job, base, ceiling=top))
+            results.append(Result(f"batch write {label}, TTL + msg id, 1 partition", rows, size,
+                                  statistics.median(times["conn1"]), base, ceiling=top))
             if size == 100:
                 parquet_dir = os.path.join(args.out, ".tmp-parquet")
                 (spark.range(rows, numPartitions=2)
