@@ -576,7 +576,6 @@ def parse_sink_options(raw: Mapping[str, str]) -> SinkOptions:
 # ---------------------------------------------------------------- source
 
 
-
 class StartingPosition(NamedTuple):
     """Where a read starts: ``kind`` is 'earliest', 'latest', 'sequence' (``value`` the first
     sequence read) or 'timestamp' (``value`` a UTC datetime)."""

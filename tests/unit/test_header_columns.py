@@ -103,8 +103,8 @@ def one_producer(draw):
         elif perturbed == "extra line":
             text = text.replace("\r\n", "\r\nX-Extra: 1\r\n", 1)
         elif perturbed == "missing line":
-            text = text.replace("\r\n", "\r\n", 1).split("\r\n", 2)
-            text = text[0] + "\r\n" + (text[2] if len(text) > 2 else "")
+            parts = text.split("\r\n", 2)  # the status line, the first line, the rest
+            text = parts[0] + "\r\n" + (parts[2] if len(parts) > 2 else "")
         elif perturbed == "colon":
             text = text.replace("no colon", "no: colon")
         elif perturbed == "no headers":

@@ -85,8 +85,9 @@ class Publisher:
         self._last_resend = 0.0
         self.resent = 0
         self._max_pending = max_pending
-        # Refill at half the window (like ADR-37's threshold); 0 for a window of 1.
-        self._low_water = max_pending // 2
+        # Refill at half the window (like ADR-37's threshold); 0 for a window of 1. The writer encodes
+        # in slices of this size.
+        self.low_water = max_pending // 2
         self._ack_timeout = ack_timeout
         self._inflight: dict[str, tuple] = {}  # reply token -> what was sent (OutFrame layout)
         self._room = asyncio.Event()
@@ -147,7 +148,7 @@ class Publisher:
                 self.stored += stored
                 self._last_progress = time.monotonic()
                 left = len(inflight)
-                if left <= self._low_water:
+                if left <= self.low_water:
                     self._room.set()
                 if left == 0:
                     self._done.set()
@@ -181,7 +182,7 @@ class Publisher:
         else:
             self.stored += 1
         inflight = len(self._inflight)
-        if inflight <= self._low_water:
+        if inflight <= self.low_water:
             self._room.set()
         if inflight == 0:
             self._done.set()
@@ -241,7 +242,7 @@ class Publisher:
                 del self._inflight[token]
                 self._fail(token, sent, 403, None, text, token.startswith(DEAD_LETTER_TAG))
         self._last_progress = time.monotonic()
-        if len(self._inflight) <= self._low_water:
+        if len(self._inflight) <= self.low_water:
             self._room.set()
         if not self._inflight:
             self._done.set()
