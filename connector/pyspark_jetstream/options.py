@@ -605,14 +605,23 @@ def parse_ending_offsets(raw: str) -> int | None:
 
 
 def parse_timestamp(raw: str):
-    """ISO-8601 (a naive time is UTC) or epoch milliseconds, as a UTC datetime."""
+    """ISO-8601 with a zone, or epoch milliseconds, as a UTC datetime. A time without a zone is
+    refused rather than guessed: UTC, the driver's zone and Spark's session zone would each read it
+    differently, and a wrong guess moves the read by hours without a word."""
     import datetime as dt
 
     text = raw.strip()
     if re.fullmatch(r"\d{1,16}", text):
         return dt.datetime.fromtimestamp(int(text) / 1000, tz=dt.timezone.utc)
     value = dt.datetime.fromisoformat(text.replace("Z", "+00:00").replace("z", "+00:00"))
-    return value.replace(tzinfo=dt.timezone.utc) if value.tzinfo is None else value.astimezone(dt.timezone.utc)
+    if value.tzinfo is None:
+        raise ValueError(raw)
+    return value.astimezone(dt.timezone.utc)
+
+
+_TIMESTAMP_ALLOWED = ("Expected an ISO-8601 time with its zone, such as '2026-01-31T12:00:00Z', or epoch "
+                      "milliseconds; a time without a zone is ambiguous: append 'Z' for UTC or an offset such as "
+                      "'+02:00'.")
 
 
 def _default_partitions() -> str:
@@ -638,12 +647,12 @@ SOURCE_OPTIONS: tuple[OptionSpec, ...] = (
                "Batch reads of a bucket: `changes`, the change log (every put, delete and purge); `latest`, the "
                "bucket's current state: one row per live key, as `nats kv ls` and `get` show it.",
                parse_choice("changes", "latest")),
-    OptionSpec("startingTimestamp", None, "Expected an ISO-8601 time such as '2026-01-31T12:00:00Z' or epoch milliseconds.",
+    OptionSpec("startingTimestamp", None, _TIMESTAMP_ALLOWED,
                "Start at the first message stored at or after this time (instead of `startingOffsets`).",
                parse_timestamp),
     OptionSpec("endingOffsets", "latest", "Expected 'latest' or a stream sequence >= 1 (inclusive).",
                "Batch reads only: the last sequence to read, inclusive.", parse_ending_offsets),
-    OptionSpec("endingTimestamp", None, "Expected an ISO-8601 time such as '2026-01-31T12:00:00Z' or epoch milliseconds.",
+    OptionSpec("endingTimestamp", None, _TIMESTAMP_ALLOWED,
                "Batch reads only: end at the last message stored at or before this time (instead of "
                "`endingOffsets`).", parse_timestamp),
     OptionSpec("maxMessagesPerTrigger", None, "Expected an integer >= 1.",
@@ -656,9 +665,15 @@ SOURCE_OPTIONS: tuple[OptionSpec, ...] = (
                "Streaming, with `minMessagesPerTrigger`: the longest a micro-batch waits for that many sequences.",
                parse_duration_seconds(1.0)),
     OptionSpec("numPartitions", None, "Expected an integer from 1 to 10000.",
-               "Spark partitions per micro-batch: the sequence range is split into at most this many contiguous "
-               "ranges. Default: the driver host's core count. The count is recorded with each offset, so a "
-               "replayed micro-batch is split exactly as its first attempt was.", parse_int_range(1, 10_000)),
+               "Spark partitions per micro-batch (see `split`). Default: the driver host's core count. The count "
+               "is recorded with each offset, so a replayed micro-batch is split exactly as its first attempt "
+               "was.", parse_int_range(1, 10_000)),
+    OptionSpec("split", "subject", "Expected 'subject' or 'sequence'.",
+               "How a read is split into partitions. `subject`: each subject's (each key's) messages are read by "
+               "one partition in sequence order, so a copy written by the sink keeps every subject's order; "
+               "`sequence`: contiguous sequence ranges, the fastest, but one subject's messages are spread over "
+               "the partitions and parallel writes can store them out of order. See [Splits](#splits-order-per-subject).",
+               parse_choice("subject", "sequence")),
     OptionSpec("failOnDataLoss", "true", "Expected 'true' or 'false'.",
                "Fail when planned sequences were removed from the stream before being read (limits, purge, TTL); "
                "`false` logs a warning with the range and goes on.", parse_bool),
@@ -703,6 +718,7 @@ class SourceOptions:
     min_messages_per_trigger: int | None
     max_trigger_delay: float
     num_partitions: int
+    split: str
     fail_on_data_loss: bool
     bookmark_consumer: str | None
     include_markers: bool
@@ -718,6 +734,35 @@ class SourceOptions:
         if self.bucket:
             return (f"$KV.{self.bucket}.>",)
         return ()
+
+
+def _check_read_bounds(raw: Mapping[str, str], values: dict[str, Any], given: set[str],
+                       starting: StartingPosition) -> None:
+    """A batch read's end must not lie before its start, and a latest view takes no end (the state as of
+    an earlier point is not what the last message of each key says). Ends are batch-only, so a read
+    that sets one is a batch read already at ``load()``."""
+    ending = next((name for name in ("endingOffsets", "endingTimestamp") if name.lower() in given), None)
+    if ending is None:
+        return
+    if starting.kind == "last_per_subject":
+        view = "kv.view='latest'" if values["kv.view"] == "latest" else "startingOffsets='lastPerSubject'"
+        raise OptionError(ending, _raw_value(raw, ending),
+                          f"{view} reads the current value of each {'key' if values['bucket'] else 'subject'}; it "
+                          "takes no end. For the state as of a sequence or a time, read the change log up to it "
+                          "(kv.view='changes' or startingOffsets='earliest', with this option) and keep each "
+                          "key's last row (a window ordered by 'seq').")
+    if starting.kind == "latest":
+        raise OptionError("startingOffsets", "latest", "A batch read from 'latest' reads nothing (it starts after "
+                          "the last message); use 'earliest', a sequence or 'startingTimestamp', or "
+                          "spark.readStream for messages still to come.")
+    end_seq, end_time = values["endingOffsets"], values["endingTimestamp"]
+    if starting.kind == "sequence" and end_seq is not None and end_seq < starting.value:
+        raise OptionError("endingOffsets", _raw_value(raw, "endingOffsets"),
+                          f"It is before 'startingOffsets' ({starting.value}): the end must be at or after the start.")
+    if starting.kind == "timestamp" and end_time is not None and end_time < starting.value:
+        raise OptionError("endingTimestamp", _raw_value(raw, "endingTimestamp"),
+                          f"It is before 'startingTimestamp' ({_raw_value(raw, 'startingTimestamp')}): the end must "
+                          "be at or after the start.")
 
 
 def _raw_value(raw: Mapping[str, str], name: str) -> str:
@@ -767,6 +812,7 @@ def parse_source_options(raw: Mapping[str, str], *, streaming: bool | None) -> S
     if "endingoffsets" in given and values["endingTimestamp"] is not None:
         raise OptionError("endingTimestamp", _raw_value(raw, "endingTimestamp"),
                           "Set either 'endingOffsets' or 'endingTimestamp', not both.")
+    _check_read_bounds(raw, values, given, starting)
     if "maxtriggerdelay" in given and values["minMessagesPerTrigger"] is None:
         raise OptionError("maxTriggerDelay", _raw_value(raw, "maxTriggerDelay"),
                           "It applies with 'minMessagesPerTrigger' only.")
@@ -800,6 +846,7 @@ def parse_source_options(raw: Mapping[str, str], *, streaming: bool | None) -> S
         min_messages_per_trigger=values["minMessagesPerTrigger"],
         max_trigger_delay=values["maxTriggerDelay"],
         num_partitions=values["numPartitions"] or int(_default_partitions()),
+        split=values["split"],
         fail_on_data_loss=values["failOnDataLoss"],
         bookmark_consumer=values["bookmarkConsumer"],
         include_markers=values["includeMarkers"],

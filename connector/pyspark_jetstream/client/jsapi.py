@@ -86,6 +86,33 @@ async def stream_info(nc, stream: str, prefix: str = API_PREFIX) -> dict[str, An
         raise
 
 
+async def stream_subjects(nc, stream: str, filters: tuple[str, ...] = (),
+                          prefix: str = API_PREFIX) -> tuple[dict[str, Any] | None, list[str]]:
+    """``STREAM.INFO`` (the first reply: its state is as old as the listing) and every subject stored
+    that matches ``filters`` (all when empty), asking page after page (the server lists at most
+    100,000 subjects per reply); ``(None, [])`` when the stream does not exist."""
+    first: dict[str, Any] | None = None
+    subjects: list[str] = []
+    for subject_filter in filters or (">",):
+        offset = 0
+        while True:
+            try:
+                reply = await request(nc, f"STREAM.INFO.{stream}", {"subjects_filter": subject_filter,
+                                                                      "offset": offset}, prefix=prefix)
+            except JetStreamApiError as exc:
+                if exc.err_code == ERR_STREAM_NOT_FOUND:
+                    return None, []
+                raise
+            if first is None:
+                first = reply
+            page = (reply.get("state") or {}).get("subjects") or {}
+            subjects.extend(page)
+            offset += len(page)
+            if not page or offset >= int(reply.get("total") or 0):
+                break
+    return first, subjects
+
+
 async def stream_names_for_subject(nc, subject: str, prefix: str = API_PREFIX) -> list[str]:
     reply = await request(nc, "STREAM.NAMES", {"subject": subject}, prefix=prefix)
     return list(reply.get("streams") or [])

@@ -41,6 +41,7 @@ from ..client.jsapi import (
     request,
     retry_delays,
     stream_info,
+    stream_subjects,
 )
 from ..client.nats_internals import events_of, is_clustered, raw_subscribe, raw_unsubscribe, send_raw
 from ..errors import (
@@ -58,6 +59,7 @@ from ..protocol.headers import PENDING_BYTES, PENDING_MESSAGES, parse_headers, p
 from ..protocol.pull_engine import Outcome, PullEngine
 from .range_tracker import RangeTracker, Step
 from .rows import BatchBuilder, RawBatch
+from .subject_split import ALL, chunks, filters_for
 
 log = get_logger("source")
 
@@ -82,17 +84,35 @@ def _int_header(headers: dict[str, list[str]], name: str) -> int | None:
         return None
 
 
+OPEN_END = 2**63 - 1
+"""The range's last sequence of a snapshot without an end (see ``PartitionReader.open_snapshot``)."""
+
+
 class PartitionReader:
-    def __init__(self, opts: SourceOptions, stream: str, first: int, last: int, out: queue.Queue,
-                 created: str | None = None, max_age: float = 0.0, last_per_subject: bool = False) -> None:
+    """One consumer's read of ``first..last`` on the subjects ``filters`` (none: every subject)."""
+
+    def __init__(self, opts: SourceOptions, stream: str, first: int, last: int | None, out: queue.Queue,
+                 max_age: float = 0.0, last_per_subject: bool = False, filters: tuple[str, ...] = (),
+                 from_earliest: bool = False, expected: tuple[str, ...] | None = None) -> None:
         self.opts = opts
         self.stream = stream
         self.first = first
-        self.last = last
-        self.out = out
-        self.created = created  # the stream's identity when the range was planned (batch reads)
         # A snapshot (startingOffsets=lastPerSubject, kv.view=latest): the last message of each subject up
         # to ``last``, from a last-per-subject consumer; a bucket's deleted and purged keys are left out.
+        # Without ``last`` (an open snapshot), each subject's first delivery is its value: the consumer
+        # delivers the last message of each subject as the server holds it when it is created, then what
+        # comes after; a subject whose last message was replaced before delivery (history 1) comes with
+        # its newer one later. The read ends once every subject listed for it was taken (``expected``), or
+        # when nothing more is pending. So a key written while the read runs is read at a value it held
+        # meanwhile, never dropped for being newer than a plan, and never read twice.
+        self.open_snapshot = last is None
+        self.expected: set[bytes] | None = None if expected is None else {e.encode() for e in expected}
+        self.taken: set[bytes] = set()
+        last = OPEN_END if last is None else last
+        self.last = last
+        self.out = out
+        self.filters = filters
+        self.from_earliest = from_earliest  # the start is whatever the stream holds: nothing below it is lost
         self.last_per_subject = last_per_subject
         self.builder = BatchBuilder(stream, include_markers=opts.include_markers, kv_bucket=opts.bucket,
                                     max_age=max_age, drop_removed_keys=last_per_subject and opts.bucket is not None)
@@ -147,33 +167,10 @@ class PartitionReader:
             self.nc = await runtime.connection(self.opts.connection)
             events_of(self.nc).listeners.add(self)
             self.watchdog = self._track(self._watch())
-            if self.created is not None and not await self._same_stream_as_planned():
-                return
         except Exception as exc:
             self._fail(exc)
             return
         await self._create_consumer_retrying(self.first)
-
-    async def _same_stream_as_planned(self) -> bool:
-        """A batch read planned on the driver may run later: the stream may have been deleted, or
-        deleted and created again (its sequences then mean other messages). False when ended here."""
-        info = await stream_info(self.nc, self.stream, self.opts.api_prefix)
-        if info is None:
-            self._fail(StreamConfigError(
-                f"Stream '{self.stream}' was deleted after this read was planned (sequences {self.first}.."
-                f"{self.last} were to be read). Check the option 'stream'."))
-            return False
-        if info.get("created") == self.created:
-            return True
-        error = StreamRecreatedError(self.stream, self.first - 1, self.created, int(info["state"]["last_seq"]),
-                                     info.get("created"))
-        if self.opts.fail_on_data_loss:
-            self._fail(error)
-        else:
-            log.warning("%s Sequences %d..%d of the old stream are skipped (failOnDataLoss=false).", error,
-                        self.first, self.last)
-            self._finish()
-        return False
 
     async def _create_consumer(self, start_seq: int) -> None:
         """A consumer from ``start_seq``, with a fresh inbox so that no frame of an
@@ -197,7 +194,7 @@ class PartitionReader:
             "num_replicas": 1,
             "inactive_threshold": int(max(2 * self.opts.consume.expires, 30) * 1e9),
         }
-        filters = self.opts.filter_subjects
+        filters = self.filters
         if self.last_per_subject:
             # The server delivers the last message of each subject in sequence order, then what follows;
             # it needs a filter. A recreated consumer delivers the set again: the tracker skips what was taken.
@@ -215,7 +212,7 @@ class PartitionReader:
         self.range.consumer_created()
         self.engine.reset_pending()
         self.pull_subject = f"{self.opts.api_prefix}.CONSUMER.MSG.NEXT.{self.stream}.{name}"
-        if not self.last_per_subject and self._lost_below_first_seq(start_seq, reply):
+        if not self.last_per_subject and not self.from_earliest and self._lost_below_first_seq(start_seq, reply):
             return
         if reply.get("num_pending", 0) == 0:
             self._nothing_pending()  # the range's tail was deleted or filtered, or a replica lags
@@ -335,6 +332,7 @@ class PartitionReader:
         now = _monotonic()
         engine, tracker, builder, batch_size = self.engine, self.range, self.builder, self._batch_size
         bytes_mode = engine.config.bytes_mode
+        snapshot = self.open_snapshot
         count = size = advance = 0
         try:
             for subject, reply, data, headers in frames:
@@ -350,6 +348,11 @@ class PartitionReader:
                 if self.resetting:
                     continue
                 step, moved = tracker.on_message(sseq, dseq, pending, now)
+                if snapshot and step is not _GAP:
+                    engine.on_messages(count, size, advance, now)
+                    count = size = advance = 0
+                    self._on_snapshot_message(subject, reply, data, headers, sseq, ts, pending, moved, now)
+                    continue
                 if step is _TAKE:
                     count += 1
                     advance += moved
@@ -397,6 +400,22 @@ class PartitionReader:
         else:  # TAKE_DRAINED
             self._nothing_pending()
 
+    def _on_snapshot_message(self, subject: bytes, reply: bytes, data: bytes, headers: bytes | None, sseq: int,
+                             ts: int, pending: int, advance: int, now: float) -> None:
+        """A delivery of an open snapshot's consumer (see ``open_snapshot``)."""
+        if self.done:
+            return
+        self.engine.on_message(len(subject) + len(reply) + len(data) + (len(headers) if headers else 0), advance, now)
+        if subject not in self.taken:
+            self.taken.add(subject)
+            self.builder.add(subject, data, headers, sseq, ts)
+            if len(self.builder) >= self._batch_size:
+                self._emit()
+            if self.expected is not None:
+                self.expected.discard(subject)
+        if pending == 0 or (self.expected is not None and not self.expected):
+            self._finish()
+
     def _nothing_pending(self) -> None:
         """The consumer says nothing is pending before the range's end."""
         # A snapshot's set is the consumer's replica's, as a KV watch's is: there is no range to confirm.
@@ -412,8 +431,7 @@ class PartitionReader:
         """Finish only if the stream's leader holds no sequence of the rest of the range."""
         after = self.last_sseq
         try:
-            message = await next_message(self.nc, self.stream, after + 1, self.opts.filter_subjects,
-                                         self.opts.api_prefix)
+            message = await next_message(self.nc, self.stream, after + 1, self.filters, self.opts.api_prefix)
         finally:
             self.confirming = False
         if self.done or self.last_sseq > after:
@@ -454,7 +472,7 @@ class PartitionReader:
         budget = self.opts.consume.max_bytes
         what = f"the next message after sequence {self.last_sseq}"
         try:
-            message = await next_message(self.nc, self.stream, self.last_sseq + 1, self.opts.filter_subjects,
+            message = await next_message(self.nc, self.stream, self.last_sseq + 1, self.filters,
                                          self.opts.api_prefix)
             if message is not None:
                 what = f"the message at sequence {message.seq} is {message.size} bytes (subject, headers and data)"
@@ -573,16 +591,86 @@ def _builds(raw: RawBatch) -> bool:
         return False
 
 
-def read_partition(opts: SourceOptions, stream: str, first: int, last: int,
-                   created: str | None = None, max_age: float = 0.0, last_per_subject: bool = False) -> Iterator[Any]:
-    """Yield the partition's RecordBatches on Spark's thread while the loop thread reads.
+async def _resolve(opts: SourceOptions, stream: str, first: int, last: int | None, created: str | None,
+                   last_per_subject: bool, split: tuple[int | None, int] | None,
+                   index: int) -> tuple[int | None, list[tuple[str, ...]]] | None:
+    """What a partition settles when it runs, from one ``STREAM.INFO`` (with the subjects listed for a
+    split by subject): that the stream is still the one planned, the end of a read without one (the
+    stream's last sequence now; a snapshot's consumers decide their own), and the filter subjects of
+    each consumer it runs. None when the partition has nothing to read (a recreated stream whose
+    range is skipped, ``failOnDataLoss=false``)."""
+    depth, parts = split if split is not None else (ALL, 1)
+    listing = split is not None and depth != ALL
+    if not listing and created is None and (last is not None or last_per_subject):
+        return last, chunks(filters_for((), depth, parts, index, opts.filter_subjects)) if split else [
+            opts.filter_subjects]
+    nc = await runtime.connection(opts.connection)
+    delays = retry_delays()
+    deadline = time.monotonic() + opts.max_wait
+    while True:
+        try:
+            if listing:
+                info, subjects = await stream_subjects(nc, stream, opts.filter_subjects, opts.api_prefix)
+            else:
+                info, subjects = await stream_info(nc, stream, opts.api_prefix), []
+            break
+        except Exception as exc:
+            delay = next(delays)
+            if not is_transient(exc) or time.monotonic() + delay > deadline:
+                raise
+            await asyncio.sleep(delay)
+    where = f"sequences {first}..{last}" if last is not None else f"from sequence {first}"
+    if info is None:
+        raise StreamConfigError(f"Stream '{stream}' was deleted after this read was planned ({where} were to be "
+                                "read). Check the option 'stream'.")
+    if created is not None and info.get("created") != created:
+        error = StreamRecreatedError(stream, first - 1, created, int(info["state"]["last_seq"]), info.get("created"))
+        if opts.fail_on_data_loss:
+            raise error
+        log.warning("%s %s of the old stream are skipped (failOnDataLoss=false).", error, where.capitalize())
+        return None
+    if last is None and not last_per_subject:
+        last = int(info["state"].get("last_seq", 0))
+    if split is None:
+        return last, [opts.filter_subjects]
+    return last, chunks(filters_for(subjects, depth, parts, index, opts.filter_subjects))
 
-    Every wait has a deadline: the reader fails itself after ``consume.maxWait``
-    without progress, and this thread gives up :data:`WAIT_GRACE` seconds later
-    should the reader neither deliver nor fail.
-    """
+
+def _literal(filters: tuple[str, ...]) -> tuple[str, ...] | None:
+    """The subjects an open snapshot's consumer must deliver once each before it is complete: its filters,
+    when they name subjects (a split by literal subject); None for wildcard filters."""
+    return None if any("*" in f or ">" in f for f in filters) else filters
+
+
+def read_partition(opts: SourceOptions, stream: str, first: int, last: int | None,
+                   created: str | None = None, max_age: float = 0.0, last_per_subject: bool = False,
+                   split: tuple[int | None, int] | None = None, index: int = 0,
+                   from_earliest: bool = False) -> Iterator[Any]:
+    """Yield the partition's RecordBatches on Spark's thread while the loop thread reads: its
+    consumers one after the other (a split by subject with more groups than one consumer's filters
+    reads them in chunks; a subject is in one chunk, so its order holds)."""
+    resolved = runtime.run(_resolve(opts, stream, first, last, created, last_per_subject, split, index),
+                           timeout=opts.max_wait + opts.connection.connect_timeout * 3 + 30)
+    if resolved is None:
+        return
+    last, consumers = resolved
+    if last is not None and last < first:
+        return
+    for filters in consumers:
+        expected = _literal(filters) if last is None and last_per_subject else None
+        yield from _read_consumer(opts, stream, first, last, max_age, last_per_subject, filters, from_earliest,
+                                  expected)
+
+
+def _read_consumer(opts: SourceOptions, stream: str, first: int, last: int | None, max_age: float,
+                   last_per_subject: bool, filters: tuple[str, ...], from_earliest: bool,
+                   expected: tuple[str, ...] | None = None) -> Iterator[Any]:
+    """One consumer's batches. Every wait has a deadline: the reader fails itself after
+    ``consume.maxWait`` without progress, and this thread gives up :data:`WAIT_GRACE` seconds later
+    should the reader neither deliver nor fail."""
     out: queue.Queue = queue.Queue()
-    reader = PartitionReader(opts, stream, first, last, out, created, max_age, last_per_subject)
+    reader = PartitionReader(opts, stream, first, last, out, max_age, last_per_subject, filters, from_earliest,
+                             expected)
     loop = runtime.loop()
     reader.starting = runtime.submit(reader.start())  # kept referenced: the loop holds its tasks weakly
     poll = min(5.0, opts.max_wait)
@@ -607,4 +695,3 @@ def read_partition(opts: SourceOptions, stream: str, first: int, last: int,
     finally:
         if not reader.done:
             runtime.run(reader.close(), timeout=30)
-

@@ -36,6 +36,13 @@ class StreamBounds:
     last_seq: int
     created: str | None = None  # the stream's creation time: its identity (a recreated stream restarts at 1)
     max_age: float = 0.0  # the stream's MaxAge in seconds when planned (0: none); bounds expires_at
+    num_subjects: int = 0  # subjects holding messages (split=subject decides its grouping from it)
+    subjects: tuple[str, ...] = ()  # the stream's configured subjects (empty for a mirror)
+
+
+SPLIT_SUBJECT = "subject"
+"""``offset["split"]`` of a micro-batch read by subject (``source/subject_split.py``); ``offset["depth"]``
+then says how its subjects were grouped. An offset without it was read by sequence ranges."""
 
 
 def make_offset(stream: str, seq: int, partitions: int | None = None, created: str | None = None) -> dict:
@@ -45,6 +52,11 @@ def make_offset(stream: str, seq: int, partitions: int | None = None, created: s
     if created is not None:
         offset["created"] = created
     return offset
+
+
+def offset_split(offset: dict) -> tuple[bool, int | None]:
+    """(read by subject, its grouping depth) of the batch ending at ``offset``."""
+    return offset.get("split") == SPLIT_SUBJECT, offset.get("depth")
 
 
 RECREATED = "recreated"

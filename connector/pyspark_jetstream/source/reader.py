@@ -22,10 +22,11 @@ from pyspark.sql.streaming.datasource import (
 )
 
 from ..client import jsapi, runtime
-from ..errors import DataLossError, JetStreamApiError, StreamConfigError, StreamRecreatedError
+from ..errors import DataLossError, JetStreamApiError, OptionError, StreamConfigError, StreamRecreatedError
 from ..logs import get_logger
 from ..options import SourceOptions
 from .planning import (
+    SPLIT_SUBJECT,
     StreamBounds,
     end_seq,
     identity_change,
@@ -35,10 +36,12 @@ from .planning import (
     make_offset,
     offset_partitions,
     offset_seq,
+    offset_split,
     restart_seq,
     split_range,
     waits_for_more,
 )
+from .subject_split import ALL, choose_depth, intersect, needs_listing
 
 log = get_logger("source")
 T = TypeVar("T")
@@ -52,16 +55,24 @@ range; a replay reads the last message per subject up to the same end again."""
 
 @dataclass(frozen=True)
 class JetStreamPartition(InputPartition):
-    """One Spark task's inclusive sequence range (of the stream created at ``created``, when set:
-    the partition checks that it still reads that stream)."""
+    """One Spark task's read: an inclusive sequence range (of the stream created at ``created``, when
+    set: the partition checks that it still reads that stream).
+
+    ``split`` is ``(depth, partitions)`` for a read split by subject (``source/subject_split.py``): the
+    task reads the subjects whose group it owns, listed when it runs; ``None`` for a sequence range
+    read with the option ``subjects``' filters. ``last=None`` leaves the end to the task: the stream's
+    last sequence when it runs (a batch read without an explicit end reads current data), or, for a
+    snapshot, the last message of each subject when its consumer is created."""
 
     stream: str
     index: int
     first: int
-    last: int
+    last: int | None
     created: str | None = None
     max_age: float = 0.0  # the stream's MaxAge (seconds) at planning, for expires_at
     last_per_subject: bool = False  # read the last message of each subject up to ``last`` (a snapshot)
+    split: tuple[int | None, int] | None = None
+    from_earliest: bool = False  # the start is "whatever the stream holds": nothing below it is lost
 
 
 def _ask_server(opts: SourceOptions, call: Callable[[], Coroutine[Any, Any, T]], what: str) -> T:
@@ -110,7 +121,26 @@ def _bounds(opts: SourceOptions) -> StreamBounds:
         )
     state = reply["state"]
     return StreamBounds(first_seq=int(state.get("first_seq", 0)), last_seq=int(state.get("last_seq", 0)),
-                        created=reply.get("created"), max_age=int(reply["config"].get("max_age") or 0) / 1e9)
+                        created=reply.get("created"), max_age=int(reply["config"].get("max_age") or 0) / 1e9,
+                        num_subjects=int(state.get("num_subjects") or 0),
+                        subjects=tuple(reply["config"].get("subjects") or ()))
+
+
+def _check_filters(opts: SourceOptions, bounds: StreamBounds) -> None:
+    """Option ``subjects``: each filter must be able to match a subject the stream takes; one that
+    cannot (a typo, a bare key on a bucket) would read nothing, and a streaming query nothing forever.
+    A stream without subjects of its own (a mirror, a sourced stream) is not checked."""
+    if not opts.subjects or not bounds.subjects:
+        return
+    dead = [f for f in opts.subjects if not any(intersect(f, s) is not None for s in bounds.subjects)]
+    if not dead:
+        return
+    what = f"KV bucket '{opts.bucket}'" if opts.bucket else f"stream '{opts.stream}'"
+    hint = (f" A bucket's subjects are '$KV.{opts.bucket}.<key>': filter keys as "
+            f"'{', '.join(f'$KV.{opts.bucket}.{d}' for d in dead)}'." if opts.bucket else "")
+    raise OptionError("subjects", ",".join(opts.subjects),
+                      f"{', '.join(repr(d) for d in dead)} cannot match any subject of {what}, which takes "
+                      f"{', '.join(bounds.subjects)}: nothing would be read.{hint}")
 
 
 def _recreated(opts: SourceOptions, offset: dict, bounds: StreamBounds, going_on: str) -> None:
@@ -149,30 +179,57 @@ def _starting_seq(opts: SourceOptions, bounds: StreamBounds) -> int:
     return initial_seq(start.kind, bounds, sequence=start.value)
 
 
-def _plan_partitions(opts: SourceOptions, start: int, end: int, bounds: StreamBounds,
-                     num_partitions: int | None = None, check_identity: bool = False) -> list[JetStreamPartition]:
+def _split_depth(opts: SourceOptions, bounds: StreamBounds, partitions: int) -> int | None:
+    """How a read split by subject groups its subjects (``subject_split.choose_depth``); the subjects
+    are listed only when there are more than literal filters carry."""
+    listed: list[str] = []
+    if needs_listing(bounds.num_subjects, partitions):
+        async def listing() -> list[str]:
+            nc = await runtime.connection(opts.connection)
+            return (await jsapi.stream_subjects(nc, opts.stream, opts.filter_subjects, opts.api_prefix))[1]
+
+        listed = _ask_server(opts, listing, f"Listing the subjects of '{opts.stream}'")
+    depth = choose_depth(len(listed) or bounds.num_subjects, partitions, listed)
+    if depth == ALL and partitions > 1 and bounds.num_subjects > 1:
+        log.warning("stream %s: its %d subjects cannot be grouped into consumer filters for %d partitions; one "
+                    "partition reads them all to keep each subject's order (option split='sequence' reads in "
+                    "parallel without that order).", opts.stream, bounds.num_subjects, partitions)
+    return depth
+
+
+def _check_loss(opts: SourceOptions, start: int, end: int, bounds: StreamBounds) -> int:
+    """``start``, moved past sequences removed before they were read when ``failOnDataLoss`` allows."""
     lost = lost_range(start, end, bounds)
-    if lost is not None:
-        error = DataLossError(opts.stream, lost[0], lost[1], bounds.first_seq)
-        if opts.fail_on_data_loss:
-            raise error
-        log.warning("%s Going on from sequence %d (failOnDataLoss=false).", error, lost[1] + 1)
-        start = lost[1]
-    created = bounds.created if check_identity else None
-    return [JetStreamPartition(opts.stream, r.index, r.first, r.last, created, bounds.max_age)
-            for r in split_range(start, end, num_partitions or opts.num_partitions)]
+    if lost is None:
+        return start
+    error = DataLossError(opts.stream, lost[0], lost[1], bounds.first_seq)
+    if opts.fail_on_data_loss:
+        raise error
+    log.warning("%s Going on from sequence %d (failOnDataLoss=false).", error, lost[1] + 1)
+    return lost[1]
 
 
-def _snapshot_partitions(opts: SourceOptions, start: int, end: int, bounds: StreamBounds,
-                         check_identity: bool = False) -> list[JetStreamPartition]:
-    """``lastPerSubject``: one partition reads the last message of every subject stored at or before ``end``
-    (one consumer delivers that set in sequence order; splitting it would make every partition receive
-    it all). A subject whose last message came after ``end`` is left to the next micro-batch, which
-    reads it as a change."""
-    if end <= start:
+def _plan_partitions(opts: SourceOptions, start: int, end: int | None, bounds: StreamBounds,
+                     num_partitions: int | None = None, *, depth: int | None | bool = False,
+                     snapshot: bool = False, from_earliest: bool = False) -> list[JetStreamPartition]:
+    """The partitions of ``(start, end]`` (``end=None``: up to the stream's end when each task runs).
+
+    ``depth=False``: contiguous sequence ranges; otherwise split by subject with that grouping: every
+    partition reads ``(start, end]`` of the subjects it owns. A snapshot reads the last message of
+    each subject (``last_per_subject``). Each partition checks the stream's identity when it runs."""
+    parts = num_partitions or opts.num_partitions
+    if not snapshot and end is not None:
+        start = _check_loss(opts, start, end, bounds)
+    if end is not None and end <= start:
         return []
-    created = bounds.created if check_identity else None
-    return [JetStreamPartition(opts.stream, 0, start + 1, end, created, bounds.max_age, last_per_subject=True)]
+    if depth is False:
+        assert end is not None
+        return [JetStreamPartition(opts.stream, r.index, r.first, r.last, bounds.created, bounds.max_age)
+                for r in split_range(start, end, parts)]
+    if depth == ALL:
+        parts = 1  # one group: one partition, whatever the count
+    return [JetStreamPartition(opts.stream, i, start + 1, end, bounds.created, bounds.max_age, snapshot,
+                               (depth, parts), from_earliest) for i in range(parts)]
 
 
 def _read(opts: SourceOptions, partition: JetStreamPartition) -> Iterator[Any]:
@@ -181,29 +238,56 @@ def _read(opts: SourceOptions, partition: JetStreamPartition) -> Iterator[Any]:
     if not isinstance(partition, JetStreamPartition):
         return  # Spark reads one default partition when a batch plan has none: an empty range
     yield from read_partition(opts, partition.stream, partition.first, partition.last, created=partition.created,
-                              max_age=partition.max_age, last_per_subject=partition.last_per_subject)
+                              max_age=partition.max_age, last_per_subject=partition.last_per_subject,
+                              split=partition.split, index=partition.index, from_earliest=partition.from_earliest)
 
 
 class JetStreamBatchReader(DataSourceReader):
-    """``spark.read``: one fixed range, from ``startingOffsets`` to ``endingOffsets``."""
+    """``spark.read``: from ``startingOffsets`` to ``endingOffsets``.
+
+    An explicit end (``endingOffsets``, ``endingTimestamp``) is fixed here. Without one, a read split
+    by subject leaves the end to its tasks, so that every run of the same DataFrame (or of a view or
+    table over it: Spark plans a Python source's partitions once per DataFrame) reads the data as it
+    is then; with ``split=sequence`` the end is the stream's last sequence when the DataFrame is first
+    run (sequence ranges cannot be cut at read time without gaps or overlaps between tasks)."""
 
     def __init__(self, opts: SourceOptions) -> None:
+        if opts.starting.kind == "latest":
+            raise OptionError("startingOffsets", "latest", "A batch read from 'latest' reads nothing (it starts "
+                              "after the last message); use 'earliest', a sequence or 'startingTimestamp', or "
+                              "spark.readStream for messages still to come.")
         self.opts = opts
         bounds = _bounds(opts)
+        _check_filters(opts, bounds)
         self.start = _starting_seq(opts, bounds)
-        last = min(_ending_seq(opts, bounds), bounds.last_seq)
-        self.end = max(last, self.start)
-        # Each partition checks that the stream was not recreated between this plan and its read.
-        if opts.starting.kind == "last_per_subject":
-            self._partitions = _snapshot_partitions(opts, self.start, self.end, bounds, check_identity=True)
-        else:
-            self._partitions = _plan_partitions(opts, self.start, self.end, bounds, check_identity=True)
+        explicit_end = opts.ending_seq is not None or opts.ending_timestamp is not None
+        snapshot = opts.starting.kind == "last_per_subject"
+        by_subject = opts.split == "subject" or snapshot
+        end: int | None = None
+        if explicit_end:
+            end = min(_ending_seq(opts, bounds), bounds.last_seq)
+            if end < self.start and opts.ending_timestamp is not None:
+                raise OptionError("endingTimestamp", opts.ending_timestamp.isoformat(),
+                                  f"The last message stored by then (sequence {end}) is before where the read starts "
+                                  f"(sequence {self.start + 1}, from '{_start_option(opts)}'): the end must be "
+                                  "at or after the start.")
+            end = max(end, self.start)
+        elif not by_subject:
+            end = max(bounds.last_seq, self.start)
+        depth = _split_depth(opts, bounds, opts.num_partitions) if by_subject else False
+        self.end = end
+        self._partitions = _plan_partitions(opts, self.start, end, bounds, depth=depth, snapshot=snapshot,
+                                            from_earliest=opts.starting.kind in ("earliest", "last_per_subject"))
 
     def partitions(self) -> list[JetStreamPartition]:
         return self._partitions
 
     def read(self, partition: JetStreamPartition) -> Iterator[Any]:
         return _read(self.opts, partition)
+
+
+def _start_option(opts: SourceOptions) -> str:
+    return "startingTimestamp" if opts.starting.kind == "timestamp" else "startingOffsets"
 
 
 class JetStreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -219,8 +303,18 @@ class JetStreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
     def _offset(self, seq: int, bounds: StreamBounds) -> dict:
         return make_offset(self.opts.stream, seq, self.opts.num_partitions, bounds.created)
 
+    def _end_offset(self, seq: int, bounds: StreamBounds, first: int, snapshot: bool = False) -> dict:
+        """A micro-batch's end offset, with how it is split when it reads anything (``split=subject``,
+        or a snapshot): recorded so that a replay splits it the same way."""
+        end = self._offset(seq, bounds)
+        if seq > first and (self.opts.split == "subject" or snapshot):
+            end["split"] = SPLIT_SUBJECT
+            end["depth"] = _split_depth(self.opts, bounds, self.opts.num_partitions)
+        return end
+
     def initialOffset(self) -> dict:
         bounds = _bounds(self.opts)
+        _check_filters(self.opts, bounds)
         offset = self._offset(_starting_seq(self.opts, bounds), bounds)
         if self.opts.starting.kind == "last_per_subject":
             offset[SNAPSHOT_NEXT] = True  # the first micro-batch is the last message per subject
@@ -245,7 +339,7 @@ class JetStreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         if start.get(SNAPSHOT_NEXT) and reset is None:
             # lastPerSubject: the first micro-batch is the snapshot up to the last sequence now, whatever
             # the read limits (a snapshot is not cut by sequences); its end offset says so for replays.
-            end = self._offset(max(latest, first), bounds)
+            end = self._end_offset(max(latest, first), bounds, first, snapshot=True)
             end[SNAPSHOT] = True
             self._planned = (end, bounds)
             return end
@@ -257,7 +351,9 @@ class JetStreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
             if latest > first:
                 self._last_batch = now
         max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else None
-        end = self._offset(end_seq(first, latest, max_rows), bounds)
+        if reset is None and end_seq(first, latest, max_rows) <= first:
+            return start  # nothing new: the same offset, so Spark plans no batch
+        end = self._end_offset(end_seq(first, latest, max_rows), bounds, first)
         if reset is not None:
             end["reset"] = reset  # this batch reads (reset, end] of the new stream, on replays too
         self._planned = (end, bounds)
@@ -283,10 +379,13 @@ class JetStreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
             # Planned (and logged) against a stream that has been recreated since: a replay after a crash.
             _recreated(self.opts, end, bounds, "This micro-batch's range belonged to the old stream and is skipped")
             return []
-        if end.get(SNAPSHOT):
-            return _snapshot_partitions(self.opts, s, e, bounds)
-        # A replayed batch is split as its first attempt was: the count is in the logged offset.
-        return _plan_partitions(self.opts, s, e, bounds, offset_partitions(end, self.opts.num_partitions))
+        # A replayed batch is split as its first attempt was: the count and the grouping are in the logged offset.
+        by_subject, depth = offset_split(end)
+        snapshot = bool(end.get(SNAPSHOT))
+        if snapshot and not by_subject:
+            by_subject, depth = True, ALL  # a snapshot checkpointed before splits: one partition, as then
+        return _plan_partitions(self.opts, s, e, bounds, offset_partitions(end, self.opts.num_partitions),
+                                depth=depth if by_subject else False, snapshot=snapshot)
 
     def read(self, partition: JetStreamPartition) -> Iterator[Any]:
         return _read(self.opts, partition)
