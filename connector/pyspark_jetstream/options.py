@@ -282,6 +282,13 @@ CONNECTION_OPTIONS: tuple[OptionSpec, ...] = (
                "Exclusive with `domain`.", lambda raw: parse_subject(raw.strip().rstrip("."))),
 )
 
+def parse_write_id(raw: str) -> str:
+    text = raw.strip()
+    if not re.fullmatch(r"[-_=a-zA-Z0-9]{1,200}", text):
+        raise ValueError(raw)
+    return text
+
+
 SINK_OPTIONS: tuple[OptionSpec, ...] = (
     OptionSpec("stream", None, "Expected a stream name without whitespace, '.', '*', '>', '/' or '\\'.",
                "Target stream. When set, every publish carries `Nats-Expected-Stream` and the stream is checked "
@@ -300,6 +307,19 @@ SINK_OPTIONS: tuple[OptionSpec, ...] = (
     OptionSpec("idempotent", "true", "Expected 'true' or 'false'.",
                "Give rows without `msg_id` a deterministic `Nats-Msg-Id` (query id, batch id, partition, row) "
                "so that retries and restarts are de-duplicated by the server.", parse_bool),
+    OptionSpec("writeId", None, "Expected letters, digits, '-', '_' or '=' (at most 200).",
+               "Batch writes: a stable id of this write (e.g. the scheduler's run id). A retried `save()` with the "
+               "same id gives every row the id it had and stores nothing twice, however late it runs (see "
+               "[Guarantees](#guarantees)). Default: a new id per `save()`.", parse_write_id),
+    OptionSpec("sinkState", "SPARK_JETSTREAM_SINK", "Expected a KV bucket name (letters, digits, '-' and '_'), "
+               "or 'none'.",
+               "KV bucket where the sink records, per micro-batch (and per `writeId`), where the target stood "
+               "before it published, so that a replay later than the duplicate window publishes only what is "
+               "missing; created when missing. `none`: exactly-once only within the duplicate window.",
+               lambda raw: None if raw.strip().lower() == "none" else parse_name(raw)),
+    OptionSpec("sinkState.ttl", "168h", "Expected a duration of at least 1m, such as '168h'.",
+               "How long the sink's records live (the state bucket's MaxAge when the sink creates it): a replay "
+               "or a `writeId` retry later than this may store rows again.", parse_duration_seconds(60.0)),
     OptionSpec("maxPendingAcks", "4096", "Expected an integer from 1 to 1000000.",
                "How many publishes may await their PubAck at once.", parse_int_range(1, 1_000_000)),
     OptionSpec("ackTimeout", "30s", "Expected a duration of at least 1s, such as '30s'.",
@@ -456,6 +476,9 @@ class SinkOptions:
     bucket: str | None = None  # a KV bucket instead of a stream (KV_SINK_OPTIONS)
     ensure_bucket: str = "validate"
     bucket_settings: BucketSettings | None = None
+    write_id: str | None = None  # a batch write's stable id (option 'writeId')
+    state_bucket: str | None = "SPARK_JETSTREAM_SINK"  # where replays find what was stored (None: off)
+    state_ttl: float = 7 * 86400.0
 
 
 def api_prefix(values: Mapping[str, Any]) -> str:
@@ -561,6 +584,9 @@ def parse_sink_options(raw: Mapping[str, str]) -> SinkOptions:
         preserve_expiry=values["preserveExpiry"],
         ensure_stream=ensure,
         idempotent=values["idempotent"],
+        write_id=values["writeId"],
+        state_bucket=values["sinkState"],
+        state_ttl=values["sinkState.ttl"],
         max_pending_acks=values["maxPendingAcks"],
         ack_timeout=values["ackTimeout"],
         dead_letter_subject=values["deadLetterSubject"],

@@ -6,12 +6,17 @@ import uuid
 from collections.abc import Mapping
 from typing import Any
 
-from ..client import runtime
-from ..errors import JetStreamConnectorError, OptionError
+from ..client import jsapi, runtime
+from ..errors import JetStreamApiError, JetStreamConnectorError, OptionError
+from ..logs import get_logger
 from ..options import parse_sink_options
-from . import stream_admin
+from ..protocol import kv
+from ..protocol.durability import durability_risks
+from . import replay_guard, stream_admin
 from .encoder import EncoderConfig, layout_from_schema
 from .writer import SinkPlan
+
+log = get_logger("sink")
 
 
 def plan_sink(raw_options: Mapping[str, str], schema: Any, *, overwrite: bool, streaming: bool) -> SinkPlan:
@@ -40,11 +45,37 @@ def plan_sink(raw_options: Mapping[str, str], schema: Any, *, overwrite: bool, s
             await stream_admin.ensure_stream(nc, opts, needs_ttl)
         elif opts.subject is not None and needs_ttl:
             await stream_admin.check_capturing_stream(nc, opts.subject, opts.api_prefix)
+        target = kv.stream_name(opts.bucket) if opts.bucket is not None else opts.stream
+        if target is not None:
+            info = await jsapi.stream_info(nc, target, opts.api_prefix)
+            risks = durability_risks(info) if info else []
+            if risks:
+                log.warning("Stream %s may lose writes the server acknowledged: %s. Exactly-once holds only for "
+                            "what the server keeps (see the README's Guarantees).", target, "; ".join(risks))
         if opts.dead_letter_subject is not None:
             await stream_admin.check_dead_letter_subject(nc, opts.dead_letter_subject, opts.api_prefix)
         return nc.max_payload
 
-    max_payload = runtime.run(check(), timeout=opts.connection.connect_timeout * 3 + 30)
+    guard = _guard_plan(opts, streaming)
+
+    async def check_all() -> int:
+        max_payload = await check()
+        return max_payload
+
+    async def state() -> None:
+        nc = await runtime.connection(opts.connection)
+        await replay_guard.ensure_bucket(nc, guard.bucket, opts.state_ttl, opts.api_prefix)
+
+    max_payload = runtime.run(check_all(), timeout=opts.connection.connect_timeout * 3 + 30)
+    if guard is not None:
+        try:
+            runtime.run(state(), timeout=opts.connection.connect_timeout * 3 + 30)
+        except JetStreamApiError as exc:
+            log.warning("The sink's state bucket %s cannot be used (%s): a replay of a micro-batch (or a retry "
+                        "of writeId %s) later than the target's duplicate window may store rows again. Allow this "
+                        "user to create and write KV bucket %s, or set option 'sinkState' to a bucket it may use.",
+                        guard.bucket, exc, opts.write_id, guard.bucket)
+            guard = None
     encoder = EncoderConfig(
         default_subject=opts.subject,
         default_ttl=opts.default_ttl,
@@ -54,5 +85,25 @@ def plan_sink(raw_options: Mapping[str, str], schema: Any, *, overwrite: bool, s
         max_payload=max_payload,
         bucket=opts.bucket,
     )
-    run_id = None if streaming else f"w{uuid.uuid4().hex}"
-    return SinkPlan(options=opts, layout=layout, encoder=encoder, run_id=run_id)
+    if streaming:
+        run_id = None
+    elif opts.write_id is not None:
+        run_id = f"wid-{opts.write_id}"  # a retried save() gives every row the id it had
+    else:
+        run_id = f"w{uuid.uuid4().hex}"
+    return SinkPlan(options=opts, layout=layout, encoder=encoder, run_id=run_id, guard=guard)
+
+
+def _guard_plan(opts: Any, streaming: bool) -> replay_guard.GuardPlan | None:
+    """Exactly-once past the duplicate window (``replay_guard``): for micro-batches and for batch writes with
+    a ``writeId``, when ids are generated and the target stream is known (``stream`` or ``bucket``)."""
+    if opts.write_id is not None and streaming:
+        raise OptionError("writeId", opts.write_id, "It applies to batch writes; a streaming query's micro-batches "
+                          "are identified by the query id and batch id.")
+    if not opts.idempotent or opts.state_bucket is None or not (streaming or opts.write_id is not None):
+        return None
+    target = kv.stream_name(opts.bucket) if opts.bucket is not None else opts.stream
+    if target is None:
+        return None
+    return replay_guard.GuardPlan(bucket=opts.state_bucket, target_stream=target, token=replay_guard.new_token(),
+                                  api_prefix=opts.api_prefix)

@@ -41,6 +41,7 @@ from ..protocol.headers import (
     DLQ_TTL,
 )
 from .encoder import EncoderConfig, InputLayout, MsgIds, OutFrame, RowRejection
+from .replay_guard import GuardPlan
 
 log = get_logger("sink")
 
@@ -58,6 +59,7 @@ class SinkPlan:
     layout: InputLayout
     encoder: EncoderConfig
     run_id: str | None  # fixed on the driver for batch writes; None for streaming
+    guard: GuardPlan | None = None  # exactly-once past the duplicate window (replay_guard)
 
 
 @dataclass
@@ -68,6 +70,8 @@ class SinkCommitMessage(WriterCommitMessage):
     dead_lettered: int = 0
     expired: int = 0
     markers_skipped: int = 0
+    already_stored: int = 0  # rows an earlier attempt of this run stored (replay_guard), not published again
+    run: str | None = None  # the task's run id (``<queryId>:<batchId>`` for a micro-batch)
 
 
 def _escape(value: Any) -> str:
@@ -168,7 +172,8 @@ class WriteTask:
         self.partition, self.msg_ids = _task_identity(plan)
         self.encoder = BatchEncoder(plan.layout, plan.encoder, self.msg_ids)
         self.position = 0  # of the next row in this task
-        self.expired = self.markers_skipped = 0
+        self.expired = self.markers_skipped = self.already_stored = 0
+        self.already = self._replayed()
 
         async def open_publisher() -> Publisher:
             nc = await runtime.connection(opts.connection)
@@ -177,6 +182,30 @@ class WriteTask:
             ).start()
 
         self.pub = runtime.run(open_publisher())
+
+    def _replayed(self) -> frozenset[str]:
+        """The ids an earlier attempt of this run already stored in the target (``replay_guard``)."""
+        guard = self.plan.guard
+        if guard is None or self.msg_ids is None:
+            return frozenset()
+        from pyspark import TaskContext
+
+        from . import replay_guard
+
+        ctx = TaskContext.get()
+        stage = str(ctx.stageId()) if ctx is not None else "0"
+        retried = ctx is not None and ctx.attemptNumber() > 0
+
+        async def begin() -> replay_guard.Attempt:
+            nc = await runtime.connection(self.opts.connection)
+            return await replay_guard.begin(nc, guard, self.msg_ids.run, self.partition, stage, retried)
+
+        attempt = runtime.run(begin(), timeout=300)
+        if attempt.replay:
+            log.info("JetStream sink: run %s partition %d replays; %d of its ids are in stream %s already (stored "
+                     "after sequence %d)", self.msg_ids.run, self.partition, len(attempt.stored), guard.target_stream,
+                     attempt.after)
+        return attempt.stored
 
     def publish(self, batch: Any) -> None:
         """Encode and publish ``batch`` in slices of the window's refill size (half of it; at least
@@ -196,8 +225,13 @@ class WriteTask:
         self.markers_skipped += encoded.markers_skipped
         if encoded.rejected:
             self.divert(encoded.rejected)
-        if encoded.frames:
-            runtime.run(self.pub.publish(encoded.frames))
+        frames = encoded.frames
+        if self.already and frames:
+            kept = [f for f in frames if f[4] not in self.already]  # OutFrame.msg_id
+            self.already_stored += len(frames) - len(kept)
+            frames = kept
+        if frames:
+            runtime.run(self.pub.publish(frames))
         self.settle()
 
     def divert(self, rejections: list[RowRejection], originals: dict[int, bytes] | None = None) -> None:
@@ -251,7 +285,8 @@ class WriteTask:
         pub = self.pub
         return SinkCommitMessage(partition=self.partition, published=pub.stored, duplicates=pub.duplicates,
                                  dead_lettered=pub.dead_lettered, expired=self.expired,
-                                 markers_skipped=self.markers_skipped)
+                                 markers_skipped=self.markers_skipped, already_stored=self.already_stored,
+                                 run=self.msg_ids.run if self.msg_ids is not None else None)
 
     def close(self, failed: bool) -> None:
         # A failed task leaves nothing behind to be sent after a reconnect.
@@ -273,7 +308,8 @@ def write_partition(plan: SinkPlan, batches: Iterable[Any]) -> SinkCommitMessage
 
 
 def log_totals(messages: Iterable[Any], batch_id: int | None = None) -> dict[str, int]:
-    totals = {"published": 0, "duplicates": 0, "dead_lettered": 0, "expired": 0, "markers_skipped": 0}
+    totals = {"published": 0, "duplicates": 0, "dead_lettered": 0, "expired": 0, "markers_skipped": 0,
+              "already_stored": 0}
     for m in messages:
         if isinstance(m, SinkCommitMessage):
             for key in totals:
@@ -283,7 +319,9 @@ def log_totals(messages: Iterable[Any], batch_id: int | None = None) -> dict[str
         "JetStream sink %s committed: %d published, %d duplicates dropped by the server, %d dead-lettered, "
         "%d expired before publishing%s",
         where, totals["published"], totals["duplicates"], totals["dead_lettered"], totals["expired"],
-        f", {totals['markers_skipped']} delete markers skipped" if totals["markers_skipped"] else "",
+        (f", {totals['markers_skipped']} delete markers skipped" if totals["markers_skipped"] else "")
+        + (f", {totals['already_stored']} stored by an earlier attempt (not published again)"
+           if totals["already_stored"] else ""),
     )
     return totals
 
@@ -311,6 +349,27 @@ class JetStreamStreamWriter(DataSourceStreamArrowWriter):
 
     def commit(self, messages: list[Any], batchId: int) -> None:
         log_totals(messages, batchId)
+        self._forget_previous(messages, batchId)
+
+    def _forget_previous(self, messages: list[Any], batch_id: int) -> None:
+        """Batch ``batch_id - 1`` can no longer be replayed (Spark logged its commit before planning this
+        one): delete its replay records. A failure only leaves them to the bucket's MaxAge."""
+        guard = self.plan.guard
+        run = next((m.run for m in messages if isinstance(m, SinkCommitMessage) and m.run), None)
+        if guard is None or run is None or batch_id < 1:
+            return
+        from . import replay_guard
+
+        previous = f"{run.rsplit(':', 1)[0]}:{batch_id - 1}"
+
+        async def forget() -> None:
+            nc = await runtime.connection(self.plan.options.connection)
+            await replay_guard.forget(nc, guard, previous)
+
+        try:
+            runtime.run(forget(), timeout=30)
+        except Exception as exc:
+            log.warning("Could not delete the replay records of %s from KV bucket %s: %s", previous, guard.bucket, exc)
 
     def abort(self, messages: list[Any], batchId: int) -> None:
         log.warning("JetStream micro-batch %s aborted; its replay re-publishes the same msg ids.", batchId)

@@ -1,0 +1,108 @@
+"""Exactly-once later than the duplicate window (issue #23): a replayed micro-batch and a retried
+batch write store nothing twice, however long after the first attempt, while another writer
+publishes to the same target. The targets keep ids for 2 s only, and every replay waits until
+that window has passed for every message the first attempt stored."""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import os
+
+from pyspark.errors import StreamingQueryException
+from pyspark.sql import functions as F
+
+from ..helpers import publish, wait_until
+
+WINDOW_NS = 2 * 10**9
+
+
+def _past_the_window(client, stream: str) -> None:
+    """Wait until the duplicate window of every message ``stream`` holds has ended."""
+    last = max(dt.datetime.fromisoformat(m.time[:26] + "+00:00") for m in client.messages(stream))
+    ends = last + dt.timedelta(seconds=WINDOW_NS / 1e9 + 0.5)
+    wait_until(lambda: dt.datetime.now(dt.timezone.utc) > ends, timeout=30, interval=0.1,
+               what="the duplicate window to pass")
+
+
+def _copy(spark, url: str, source: str, target: str, checkpoint, partitions: int = 2, **options: str):
+    df = (spark.readStream.format("jetstream").option("servers", url).option("stream", source)
+          .option("startingOffsets", "earliest").option("maxMessagesPerTrigger", "200")
+          .option("numPartitions", str(partitions)).load())
+    w = (df.select(F.concat(F.lit(f"{target}."), F.col("subject")).alias("subject"), "data", "stream", "seq")
+         .writeStream.format("jetstream").option("servers", url).option("stream", target)
+         .option("checkpointLocation", str(checkpoint)))
+    for k, v in options.items():
+        w = w.option(k, v)
+    q = w.trigger(availableNow=True).start()
+    with contextlib.suppress(StreamingQueryException):  # q.exception() tells
+        assert q.awaitTermination(180), "the copy did not finish"
+    return q
+
+
+def test_a_micro_batch_replayed_after_the_window_stores_what_was_missing_only(spark, nats_server, nats_client,
+                                                                             stream_name, tmp_path):
+    source, target = stream_name + "S", stream_name + "T"
+    nats_client.add_stream(source, [f"{source}.>"])
+    nats_client.add_stream(target, [f"{target}.>"], max_msgs=150, discard="new", duplicate_window=WINDOW_NS)
+    for i in range(4):
+        publish(nats_client, f"{source}.s{i}", 100, start=100 * i)
+    checkpoint = tmp_path / "chk"
+    first = _copy(spark, nats_server.url, source, target, checkpoint)
+    assert first.exception() is not None and "maximum messages" in str(first.exception())
+    assert nats_client.stored_count(target) == 150  # part of the first batch was stored, then the target was full
+    _past_the_window(nats_client, target)
+    config = dict(nats_client.stream_config(target), max_msgs=-1)
+    assert "error" not in nats_client.api(f"STREAM.UPDATE.{target}", config)
+    publish(nats_client, f"{target}.other", 5)  # another writer, between the attempts
+    q = _copy(spark, nats_server.url, source, target, checkpoint)
+    assert q.exception() is None
+    copied = sorted(m.data for m in nats_client.messages(target) if not m.subject.startswith(f"{target}.other"))
+    assert copied == sorted(m.data for m in nats_client.messages(source))  # 400, each once
+    assert nats_client.stored_count(target) == 405
+
+
+def test_a_committed_micro_batch_replayed_after_the_window_stores_nothing(spark, nats_server, nats_client,
+                                                                         stream_name, tmp_path):
+    """A driver that died between the sink's commit and Spark's: the batch is planned again and
+    replayed, later than the window."""
+    source, target = stream_name + "S", stream_name + "T"
+    nats_client.add_stream(source, [f"{source}.>"])
+    nats_client.add_stream(target, [f"{target}.>"], duplicate_window=WINDOW_NS)
+    publish(nats_client, f"{source}.a", 300)
+    checkpoint = tmp_path / "chk"
+    assert _copy(spark, nats_server.url, source, target, checkpoint, partitions=3).exception() is None
+    assert nats_client.stored_count(target) == 300
+    commits = sorted(int(n) for n in os.listdir(checkpoint / "commits") if n.isdigit())
+    assert commits == [0, 1]
+    os.remove(checkpoint / "commits" / "1")
+    if (checkpoint / "commits" / ".1.crc").exists():
+        os.remove(checkpoint / "commits" / ".1.crc")
+    _past_the_window(nats_client, target)
+    q = _copy(spark, nats_server.url, source, target, checkpoint, partitions=2)  # even split otherwise
+    assert q.exception() is None
+    assert [(p["batchId"], p["numInputRows"]) for p in q.recentProgress if p["numInputRows"]] == [(1, 100)]
+    assert nats_client.stored_count(target) == 300
+    # Batch 0's records were deleted once batch 1 committed; batch 1's stay until the next commit.
+    records = [m.subject for m in nats_client.messages("KV_SPARK_JETSTREAM_SINK")]
+    query_id = q.id.replace(":", "_")
+    assert not any(f".{query_id}_0." in r for r in records)
+    assert any(f".{query_id}_1." in r for r in records)
+
+
+def test_a_batch_write_retried_with_its_write_id_stores_nothing_twice(spark, nats_server, nats_client, stream_name):
+    nats_client.add_stream(stream_name, [f"{stream_name}.>"], duplicate_window=WINDOW_NS)
+    df = spark.createDataFrame([(f"{stream_name}.r{i % 7}", f"row{i}") for i in range(100)], "subject string, data string")
+
+    def save(write_id: str | None) -> None:
+        w = df.write.format("jetstream").mode("append").option("servers", nats_server.url).option("stream", stream_name)
+        if write_id is not None:
+            w = w.option("writeId", write_id)
+        w.save()
+
+    save("nightly-2026-11-25")
+    _past_the_window(nats_client, stream_name)
+    save("nightly-2026-11-25")  # the scheduler's retry, later than the window
+    assert nats_client.stored_count(stream_name) == 100
+    save("nightly-2026-11-26")  # another run: other ids
+    assert nats_client.stored_count(stream_name) == 200
