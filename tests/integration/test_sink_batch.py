@@ -243,6 +243,34 @@ def test_dead_letter_subject_catches_rejected_rows(spark, nats_server, nats_clie
     assert "Nats-TTL" not in dead[b"badttl"]
 
 
+@pytest.mark.parametrize("column, ttl_type, bad, shown", [("ttl", "string", "1 hour", "'1 hour'"),
+                                                            ("TTL", "int", -5, "-5")])
+def test_a_ttl_the_connector_refuses_is_named_in_the_dead_letter_and_in_the_error(
+        spark, nats_server, nats_client, stream_name, column, ttl_type, bad, shown):
+    """The refused value is what the user must find and fix: the dead letter carries it as
+    Spark-JetStream-Original-TTL and in Spark-JetStream-Error (with the column as spelled); without
+    a dead-letter subject the task's error names both."""
+    nats_client.add_stream(stream_name, [f"{stream_name}.>"], allow_msg_ttl=True)
+    nats_client.add_stream(stream_name + "DLQ", [f"{stream_name}dlq"])
+    good = "3600" if ttl_type == "string" else 3600
+    df = spark.createDataFrame([("good", good), ("bad", bad)], f"data string, {column} {ttl_type}").coalesce(1)
+    write(df, nats_server, stream=stream_name, subject=f"{stream_name}.x", deadLetterSubject=f"{stream_name}dlq")
+    assert [m.data for m in nats_client.messages(stream_name)] == [b"good"]
+    # nats-py's own JetStream API reads the dead letter back.
+    dead = nats_client.run(nats_client.js.get_msg(stream_name + "DLQ", 1))
+    assert dead.data == b"bad" and dead.headers["Spark-JetStream-Err-Code"] == "client"
+    assert dead.headers["Spark-JetStream-Original-TTL"] == str(bad)
+    error = dead.headers["Spark-JetStream-Error"]
+    assert f"column '{column}' value {shown}" in error, error
+    assert "Nats-TTL" not in dead.headers
+
+    with pytest.raises(Exception) as info:
+        write(df, nats_server, stream=stream_name, subject=f"{stream_name}.x")
+    text = str(info.value)
+    assert "PublishError" in text and f"row 1 of partition 0 to subject '{stream_name}.x'" in text
+    assert f"column '{column}' value {shown}" in text, text[-2000:]
+
+
 @pytest.mark.parametrize("cause", ["client-side", "server-side"])
 def test_dead_letters_never_exceed_max_payload(spark, nats_server, nats_client, stream_name, cause):
     """A row just over max_payload (refused before sending) or one the server refuses within a few

@@ -538,8 +538,9 @@ class BatchEncoder:
                 if resolved is not None:
                     out.rejected.append(RowRejection(
                         first + i, rows.subjects[i], "a DEL row cannot carry a TTL (nats-py ignores one); to make a "
-                        "key's tombstone expire, write operation PURGE with that ttl", "ttl", shown(own),
-                        payload=rows.payload(i), msg_id=generated[i]))
+                        "key's tombstone expire, write operation PURGE with that ttl",
+                        self.layout.ttl if ttls[i] is not None else self.layout.headers, shown(own),
+                        payload=rows.payload(i), ttl=str(own), msg_id=generated[i]))
                     continue
                 kept.append(i)
                 continue
@@ -554,17 +555,18 @@ class BatchEncoder:
                 ttl_headers[i] = str(left)
                 kept.append(i)
                 continue
-            value, column = ttls[i], "ttl"
+            value, column = ttls[i], self.layout.ttl
             if value is None and i in header_ttls:
-                value, column = header_ttls[i], "headers"
+                value, column = header_ttls[i], self.layout.headers
             if value is not None:
                 try:
                     ttl_headers[i] = self._resolve_ttl(value)
                 except InvalidTtl as exc:
+                    # The refused value travels as the dead letter's Spark-JetStream-Original-TTL too.
                     out.rejected.append(RowRejection(
                         first + i, rows.subjects[i], f"{exc.reason}. Allowed: whole seconds, a Go duration of at "
                         "least 1s ('90s', '1h30m'), 'never', or 0 for none", column, shown(value),
-                        payload=rows.payload(i), msg_id=generated[i]))
+                        payload=rows.payload(i), ttl=str(value), msg_id=generated[i]))
                     continue
             kept.append(i)
         return ttl_headers, kept

@@ -78,7 +78,8 @@ def _escape(value: Any) -> str:
 def dead_letter_frame(rejection: RowRejection, dlq_subject: str, reply: str, partition: int,
                       idempotent: bool, max_payload: int, original_headers: bytes = b"") -> bytes:
     """A dead-letter message: the row's data, its valid headers (none of NATS's ``Nats-*``), and headers
-    naming the error.
+    naming the error: the reason with the column and value the connector refused (as PublishError
+    names them), and the row's TTL as sent, or as given when it was the TTL that was refused.
 
     Its ``Nats-Msg-Id`` is the row's own id with ``:dlq`` appended, so a replay
     dead-letters a row once. It never exceeds ``max_payload`` (a larger frame makes
@@ -97,8 +98,11 @@ def dead_letter_frame(rejection: RowRejection, dlq_subject: str, reply: str, par
     ours: list[tuple[str, str]] = []
     if idempotent and rejection.msg_id is not None:
         ours.append((hdrs.MSG_ID, _escape(f"{rejection.msg_id}:dlq")))
+    error = rejection.reason
+    if rejection.column is not None:  # as PublishError names them: what the user must fix
+        error += f"; column '{rejection.column}' value {rejection.value!r}"
     ours += [
-        (DLQ_ERROR, _escape(rejection.reason)),
+        (DLQ_ERROR, _escape(error)),
         (DLQ_ERR_CODE, str(rejection.err_code) if rejection.err_code is not None
          else f"status {rejection.status}" if rejection.status is not None else "client"),
         (DLQ_SUBJECT, _escape(rejection.subject)),
