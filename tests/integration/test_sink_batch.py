@@ -198,6 +198,25 @@ def test_bad_options_fail_at_start_naming_the_option(spark, nats_server, nats_cl
         df.write.format("jetstream").mode("overwrite").option("servers", nats_server.url).option("subject", "x.y").save()
 
 
+@pytest.mark.parametrize("kind", ["struct", "array", "map"])
+def test_a_nested_data_column_is_refused_at_start_and_the_suggested_to_json_works(spark, nats_server, nats_client,
+                                                                                   stream_name, kind):
+    nats_client.add_stream(stream_name, [f"{stream_name}.>"])
+    value = {"struct": F.struct(F.lit(1).alias("id"), F.lit("a").alias("name")), "array": F.array(F.lit(1), F.lit(2)),
+             "map": F.create_map(F.lit("id"), F.lit(1))}[kind]
+    df = spark.range(1).select(value.alias("Data"))
+    with pytest.raises(Exception) as info:
+        write(df, nats_server, stream=stream_name, subject=f"{stream_name}.x")
+    text = str(info.value)
+    assert "SchemaError" in text and "Column 'Data' has type" in text and "expected binary or string" in text
+    assert ".withColumn('Data', to_json('Data'))" in text and "to_json(struct(...))" in text, text[:2000]
+    assert nats_client.stream_state(stream_name)["messages"] == 0
+    # The suggestion, as written, makes the column writable.
+    write(df.withColumn("Data", F.to_json("Data")), nats_server, stream=stream_name, subject=f"{stream_name}.x")
+    stored = nats_client.run(nats_client.js.get_msg(stream_name, 1))
+    assert stored.data == {"struct": b'{"id":1,"name":"a"}', "array": b"[1,2]", "map": b'{"id":1}'}[kind]
+
+
 def test_bad_row_fails_with_subject_position_and_code(spark, nats_server, nats_client, stream_name):
     nats_client.add_stream(stream_name, [f"{stream_name}.>"], allow_msg_ttl=True)
     nats_client.add_stream(stream_name + "B", [f"{stream_name}B.>"])
