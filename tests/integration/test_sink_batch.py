@@ -290,6 +290,47 @@ def test_a_ttl_the_connector_refuses_is_named_in_the_dead_letter_and_in_the_erro
     assert f"column '{column}' value {shown}" in text, text[-2000:]
 
 
+def test_a_row_no_stream_takes_names_where_its_subject_could_go(spark, nats_server, nats_client, stream_name):
+    """A 503 (no stream captures the row's subject): with option 'stream' the error lists that stream's
+    subjects; without it, the streams capturing subjects under the same first token (or that none do)."""
+    s = stream_name
+    nats_client.add_stream(s, [f"{s}.a", f"{s}.b.>"])
+    nats_client.add_stream(s + "DLQ", [f"{s}dlq"])
+    df = spark.createDataFrame([(f"{s}.c", "x")], "subject string, data string")
+    subjects = f"'{s}.a', '{s}.b.>'"
+    with pytest.raises(Exception) as info:
+        write(df, nats_server, stream=s)
+    text = str(info.value)
+    assert "no stream captures this subject" in text and f"stream '{s}' (option 'stream') captures {subjects}" in text
+    write(df, nats_server, stream=s, deadLetterSubject=f"{s}dlq")
+    dead = nats_client.run(nats_client.js.get_msg(s + "DLQ", 1))
+    assert dead.headers["Spark-JetStream-Err-Code"] == "status 503"
+    assert f"stream '{s}' (option 'stream') captures {subjects}" in dead.headers["Spark-JetStream-Error"]
+
+    with pytest.raises(Exception) as info:
+        write(df, nats_server)
+    assert f"under '{s}.>': stream '{s}' captures {subjects}" in str(info.value), str(info.value)[-2000:]
+    alone = spark.createDataFrame([(f"NONE{s}.c", "x")], "subject string, data string")
+    with pytest.raises(Exception) as info:
+        write(alone, nats_server)
+    assert f"no stream captures any subject under 'NONE{s}.>'" in str(info.value), str(info.value)[-2000:]
+    assert nats_client.stream_state(s)["messages"] == 0
+
+
+def test_ensure_stream_create_names_the_stream_that_already_captures_the_subjects(spark, nats_server, nats_client,
+                                                                                  stream_name):
+    nats_client.add_stream(stream_name, [f"{stream_name}.>"])
+    df = spark.createDataFrame([("x",)], "data string")
+    with pytest.raises(Exception) as info:
+        write(df, nats_server, stream=stream_name + "B", ensureStream="create", subject=f"{stream_name}.x",
+              stream__subjects=f"{stream_name}.x")
+    text = str(info.value)
+    assert "StreamConfigError" in text and "subjects overlap with an existing stream (err_code 10065)" in text
+    assert f"stream '{stream_name}' captures '{stream_name}.>'" in text, text[-2000:]
+    assert "Write to that stream (option 'stream')" in text
+    assert "error" in nats_client.api(f"STREAM.INFO.{stream_name}B")  # not created
+
+
 @pytest.mark.parametrize("cause", ["client-side", "server-side"])
 def test_dead_letters_never_exceed_max_payload(spark, nats_server, nats_client, stream_name, cause):
     """A row just over max_payload (refused before sending) or one the server refuses within a few

@@ -32,19 +32,21 @@ def plan_sink(raw_options: Mapping[str, str], schema: Any, *, overwrite: bool, s
         raise OptionError("preserveExpiry", "true", "It needs an 'expires_at' timestamp column; add one or set it to false.")
     needs_ttl = layout.can_carry_ttl or opts.default_ttl is not None or opts.preserve_expiry
 
-    async def check() -> int:
+    async def check() -> tuple[int, tuple[str, ...] | None]:
         nc = await runtime.connection(opts.connection)
+        subjects = None
         if opts.bucket is not None:
             await stream_admin.ensure_bucket(nc, opts, needs_ttl, may_purge=layout.operation is not None)
         elif opts.stream is not None:
-            await stream_admin.ensure_stream(nc, opts, needs_ttl)
+            config = await stream_admin.ensure_stream(nc, opts, needs_ttl)
+            subjects = tuple(config.get("subjects") or ())
         elif opts.subject is not None and needs_ttl:
             await stream_admin.check_capturing_stream(nc, opts.subject, opts.api_prefix)
         if opts.dead_letter_subject is not None:
             await stream_admin.check_dead_letter_subject(nc, opts.dead_letter_subject, opts.api_prefix)
-        return nc.max_payload
+        return nc.max_payload, subjects
 
-    max_payload = runtime.run(check(), timeout=opts.connection.connect_timeout * 3 + 30)
+    max_payload, stream_subjects = runtime.run(check(), timeout=opts.connection.connect_timeout * 3 + 30)
     encoder = EncoderConfig(
         default_subject=opts.subject,
         default_ttl=opts.default_ttl,
@@ -55,4 +57,4 @@ def plan_sink(raw_options: Mapping[str, str], schema: Any, *, overwrite: bool, s
         bucket=opts.bucket,
     )
     run_id = None if streaming else f"w{uuid.uuid4().hex}"
-    return SinkPlan(options=opts, layout=layout, encoder=encoder, run_id=run_id)
+    return SinkPlan(options=opts, layout=layout, encoder=encoder, run_id=run_id, stream_subjects=stream_subjects)

@@ -25,7 +25,7 @@ from pyspark.sql.datasource import (
     WriterCommitMessage,
 )
 
-from ..client import runtime
+from ..client import jsapi, runtime
 from ..errors import PublishError
 from ..logs import get_logger
 from ..options import SinkOptions
@@ -58,6 +58,7 @@ class SinkPlan:
     layout: InputLayout
     encoder: EncoderConfig
     run_id: str | None  # fixed on the driver for batch writes; None for streaming
+    stream_subjects: tuple[str, ...] | None = None  # the subjects of option 'stream', as checked at start
 
 
 @dataclass
@@ -173,6 +174,7 @@ class WriteTask:
         self.encoder = BatchEncoder(plan.layout, plan.encoder, self.msg_ids)
         self.position = 0  # of the next row in this task
         self.expired = self.markers_skipped = 0
+        self._streams_near: dict[str, list[tuple[str, list[str]]] | None] = {}  # see _where_subjects_go
 
         async def open_publisher() -> Publisher:
             nc = await runtime.connection(opts.connection)
@@ -241,11 +243,41 @@ class WriteTask:
             reason = f.description or f"status {f.code}"
             if f.err_code is None:
                 reason += f" (status {f.code})"
+                if f.code == 503:
+                    reason += self._where_subjects_go(sent.subject)
             rejections.append(RowRejection(f.position, sent.subject, reason, err_code=f.err_code,
                                            status=None if f.err_code is not None else f.code,
                                            payload=sent.payload, ttl=sent.ttl, value=sent.ttl, msg_id=sent.msg_id))
             originals[f.position] = sent.header_block
         self.divert(rejections, originals)
+
+    def _where_subjects_go(self, subject: str) -> str:
+        """For a row no stream took (503): the subjects of option 'stream', or else the streams that
+        capture subjects beside it (one ``STREAM.LIST`` per first token, remembered by the task)."""
+        opts = self.opts
+        if opts.stream is not None and self.plan.stream_subjects is not None:
+            return (f"; stream '{opts.stream}' (option 'stream') captures "
+                    f"{', '.join(repr(s) for s in self.plan.stream_subjects) or 'no subjects'}")
+        near = f"{subject.split('.', 1)[0]}.>"
+        if near not in self._streams_near:
+            async def ask() -> list[tuple[str, list[str]]]:
+                nc = await runtime.connection(opts.connection)
+                return await jsapi.streams_capturing(nc, near, opts.api_prefix)
+
+            try:
+                found = runtime.run(ask(), timeout=30)
+            except Exception:  # the refusal is reported all the same, without the neighbours
+                found = None
+            if len(self._streams_near) < 64:
+                self._streams_near[near] = found
+        found = self._streams_near.get(near)
+        if found is None:
+            return ""
+        if not found:
+            return f"; no stream captures any subject under '{near}'"
+        shown = "; ".join(f"stream '{name}' captures {', '.join(repr(s) for s in subjects)}"
+                          for name, subjects in found[:5])
+        return f"; under '{near}': {shown}" + (f" (and {len(found) - 5} more streams)" if len(found) > 5 else "")
 
     def finish(self) -> SinkCommitMessage:
         runtime.run(self.pub.drain())
