@@ -69,6 +69,8 @@ class SinkCommitMessage(WriterCommitMessage):
     dead_lettered: int = 0
     expired: int = 0
     markers_skipped: int = 0
+    query_id: str | None = None  # a streaming write's query (the task's local properties), for the driver's log
+    query_name: str | None = None
 
 
 def _escape(value: Any) -> str:
@@ -145,6 +147,35 @@ def _task_identity(plan: SinkPlan) -> tuple[int, MsgIds | None]:
     return partition, MsgIds(run_id, partition)
 
 
+def _query_of_task() -> tuple[str | None, str | None]:
+    """(id, name) of the streaming query running this task, or (None, None) for a batch write.
+
+    Spark sets the id as the local property ``sql.streaming.queryId`` and has no property for the
+    name (``sql.streaming.queryName`` does not exist, checked on Spark 4.3); the name is the first
+    line of the job description it sets for each micro-batch (``<name>\\nid = <id>\\nrunId = ...``,
+    an empty first line for an unnamed query)."""
+    from pyspark import TaskContext
+
+    ctx = TaskContext.get()
+    query_id = ctx.getLocalProperty("sql.streaming.queryId") if ctx is not None else None
+    if not query_id:
+        return None, None
+    lines = (ctx.getLocalProperty("spark.job.description") or "").split("\n")
+    name = lines[0] if len(lines) > 1 and lines[1] == f"id = {query_id}" and lines[0] else None
+    return query_id, name
+
+
+def describe_target(opts: SinkOptions) -> str:
+    """Where a write goes, as its options name it (for the commit log line)."""
+    if opts.bucket is not None:
+        return f"bucket '{opts.bucket}'"
+    if opts.stream is not None:
+        return f"stream '{opts.stream}'"
+    if opts.subject is not None:
+        return f"subject '{opts.subject}'"
+    return "the rows' subjects"
+
+
 MIN_SLICE = 1024
 """The fewest rows :meth:`WriteTask.publish` encodes at once (below, encoding's fixed cost per call shows)."""
 
@@ -171,6 +202,7 @@ class WriteTask:
         self.plan = plan
         self.opts = opts = plan.options
         self.partition, self.msg_ids = _task_identity(plan)
+        self.query_id, self.query_name = _query_of_task()
         self.encoder = BatchEncoder(plan.layout, plan.encoder, self.msg_ids)
         self.position = 0  # of the next row in this task
         self.expired = self.markers_skipped = 0
@@ -287,7 +319,8 @@ class WriteTask:
         pub = self.pub
         return SinkCommitMessage(partition=self.partition, published=pub.stored, duplicates=pub.duplicates,
                                  dead_lettered=pub.dead_lettered, expired=self.expired,
-                                 markers_skipped=self.markers_skipped)
+                                 markers_skipped=self.markers_skipped, query_id=self.query_id,
+                                 query_name=self.query_name)
 
     def close(self, failed: bool) -> None:
         # A failed task leaves nothing behind to be sent after a reconnect.
@@ -308,18 +341,26 @@ def write_partition(plan: SinkPlan, batches: Iterable[Any]) -> SinkCommitMessage
     return message
 
 
-def log_totals(messages: Iterable[Any], batch_id: int | None = None) -> dict[str, int]:
+def log_totals(messages: Iterable[Any], batch_id: int | None = None, target: str | None = None) -> dict[str, int]:
+    """Log a commit's totals, naming the target (:func:`describe_target`) and, for a streaming write,
+    the query (its name, else its id, as the tasks saw them), so that the lines of two queries in one
+    driver can be told apart."""
     totals = {"published": 0, "duplicates": 0, "dead_lettered": 0, "expired": 0, "markers_skipped": 0}
+    query = None
     for m in messages:
         if isinstance(m, SinkCommitMessage):
             for key in totals:
                 totals[key] += getattr(m, key)
+            if query is None and m.query_id is not None:
+                query = f"query '{m.query_name}'" if m.query_name else f"query id {m.query_id}"
     where = f"batch {batch_id}" if batch_id is not None else "write"
+    whose = ", ".join(part for part in (query, f"to {target}" if target else None) if part)
     log.info(
         "JetStream sink %s committed: %d published, %d duplicates dropped by the server, %d dead-lettered, "
-        "%d expired before publishing%s",
+        "%d expired before publishing%s%s",
         where, totals["published"], totals["duplicates"], totals["dead_lettered"], totals["expired"],
         f", {totals['markers_skipped']} delete markers skipped" if totals["markers_skipped"] else "",
+        f" ({whose})" if whose else "",
     )
     return totals
 
@@ -332,7 +373,7 @@ class JetStreamBatchWriter(DataSourceArrowWriter):
         return write_partition(self.plan, iterator)
 
     def commit(self, messages: list[Any]) -> None:
-        log_totals(messages)
+        log_totals(messages, target=describe_target(self.plan.options))
 
     def abort(self, messages: list[Any]) -> None:
         log.warning("JetStream batch write aborted; rows already stored stay in the stream (ids are idempotent).")
@@ -346,7 +387,7 @@ class JetStreamStreamWriter(DataSourceStreamArrowWriter):
         return write_partition(self.plan, iterator)
 
     def commit(self, messages: list[Any], batchId: int) -> None:
-        log_totals(messages, batchId)
+        log_totals(messages, batchId, target=describe_target(self.plan.options))
 
     def abort(self, messages: list[Any], batchId: int) -> None:
         log.warning("JetStream micro-batch %s aborted; its replay re-publishes the same msg ids.", batchId)
