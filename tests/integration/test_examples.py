@@ -137,3 +137,55 @@ def test_batch_replay_writes_the_sequence_range_to_parquet(tmp_path):
     seqs = sorted(table.column("seq").to_pylist())
     assert seqs == list(range(501, 1501))
     assert json.loads(table.column("data")[0].as_py())["id"] >= 0
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _accepts(port: int) -> bool:
+    import socket
+
+    with socket.socket() as s:
+        s.settimeout(1)
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+def test_spark_connect_example_against_a_server_started_as_its_docstring_says(tmp_path):
+    """The example's docstring (and the README) tell how to start a Connect server: pip PySpark's
+    sbin/start-connect-server.sh, in the background, stopped by sbin/stop-connect-server.sh. Done
+    here exactly so (pid and log files in tmp_path), then the example runs against it over sc://."""
+    import pyspark
+
+    sbin = Path(pyspark.__file__).parent / "sbin"
+    port = _free_port()
+    env = {**_clean_env(), "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1",
+           "SPARK_PID_DIR": str(tmp_path), "SPARK_LOG_DIR": str(tmp_path)}
+    started = subprocess.run([str(sbin / "start-connect-server.sh"), "--master", "local[2]",
+                              "--conf", f"spark.connect.grpc.binding.port={port}", "--conf", "spark.ui.enabled=false"],
+                             env=env, capture_output=True, text=True, timeout=120)
+    assert started.returncode == 0, started.stdout + started.stderr
+    [pid_file] = tmp_path.glob("*SparkConnectServer*.pid")
+    pid = int(pid_file.read_text())
+    try:
+        wait_until(lambda: _accepts(port) or not Path(f"/proc/{pid}").exists(), timeout=240,
+                   what="the Connect server listens")
+        logs = "".join(p.read_text() for p in tmp_path.glob("*.out"))
+        assert _accepts(port), logs[-3000:]
+        out = _run_example("spark_connect.py", "--remote", f"sc://127.0.0.1:{port}").stdout
+    finally:
+        subprocess.run([str(sbin / "stop-connect-server.sh")], env=env, capture_output=True, timeout=120)
+        try:
+            wait_until(lambda: not Path(f"/proc/{pid}").exists(), timeout=60, what="the Connect server stops")
+        finally:
+            if Path(f"/proc/{pid}").exists():
+                os.kill(pid, signal.SIGKILL)
+    assert f"Spark Connect session to sc://127.0.0.1:{port}" in out and "pyspark.sql.connect" in out
+    reads = re.findall(r"read back: seq (\d) corders\.c(\d) \{\"id\": (\d)\} ttl=(1h|None)", out)
+    assert [(int(s), int(c), int(i), t) for s, c, i, t in reads] == [
+        (i + 1, i % 3, i, "1h" if i % 2 else "None") for i in range(6)], out
+    assert "Streaming copy: 6 messages in CONNECT_ORDERS_COPY after 2 micro-batches" in out

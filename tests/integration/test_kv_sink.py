@@ -120,6 +120,21 @@ def test_bad_rows_are_refused_naming_the_row_and_the_key(spark, nats_server, nat
     assert nats_client.stream_state(f"KV_{bucket}")["messages"] == 1
 
 
+def test_a_subject_column_on_a_bucket_write_is_refused_at_start(spark, nats_server, nats_client, stream_name):
+    """The key decides a KV write's subject: a 'subject' column (not a bucket read's own, which comes with
+    its 'stream' and 'seq' and stays ignored: the bucket copy test) would be dropped without a word."""
+    bucket = stream_name
+    kv_write(spark, nats_server, bucket, [("k", "1", None, None)], ensureBucket="create")
+    for name in ("subject", "Subject"):
+        with pytest.raises(PySparkException) as info:
+            kv_write(spark, nats_server, bucket, [("k", "2", f"orders.{bucket}.k")],
+                     f"key string, data string, {name} string")
+        text = str(info.value)
+        assert "SchemaError" in text and f"Column '{name}' is not used by a KV write" in text, text[:3000]
+        assert "the 'key' column decides the subject ($KV.<bucket>.<key>)" in text and "Drop or rename" in text
+    assert history(nats_client, kv_of(nats_client, bucket), "k") == [("PUT", b"1")]  # nothing was written
+
+
 def test_validate_refuses_a_bucket_that_cannot_take_the_rows_and_update_enables_it(spark, nats_server, nats_client,
                                                                                      stream_name):
     """A bucket made by an older client: no per-key TTLs (AllowMsgTTL off). Rows with a TTL are refused

@@ -198,6 +198,25 @@ def test_bad_options_fail_at_start_naming_the_option(spark, nats_server, nats_cl
         df.write.format("jetstream").mode("overwrite").option("servers", nats_server.url).option("subject", "x.y").save()
 
 
+@pytest.mark.parametrize("kind", ["struct", "array", "map"])
+def test_a_nested_data_column_is_refused_at_start_and_the_suggested_to_json_works(spark, nats_server, nats_client,
+                                                                                   stream_name, kind):
+    nats_client.add_stream(stream_name, [f"{stream_name}.>"])
+    value = {"struct": F.struct(F.lit(1).alias("id"), F.lit("a").alias("name")), "array": F.array(F.lit(1), F.lit(2)),
+             "map": F.create_map(F.lit("id"), F.lit(1))}[kind]
+    df = spark.range(1).select(value.alias("Data"))
+    with pytest.raises(Exception) as info:
+        write(df, nats_server, stream=stream_name, subject=f"{stream_name}.x")
+    text = str(info.value)
+    assert "SchemaError" in text and "Column 'Data' has type" in text and "expected binary or string" in text
+    assert ".withColumn('Data', to_json('Data'))" in text and "to_json(struct(...))" in text, text[:2000]
+    assert nats_client.stream_state(stream_name)["messages"] == 0
+    # The suggestion, as written, makes the column writable.
+    write(df.withColumn("Data", F.to_json("Data")), nats_server, stream=stream_name, subject=f"{stream_name}.x")
+    stored = nats_client.run(nats_client.js.get_msg(stream_name, 1))
+    assert stored.data == {"struct": b'{"id":1,"name":"a"}', "array": b"[1,2]", "map": b'{"id":1}'}[kind]
+
+
 def test_bad_row_fails_with_subject_position_and_code(spark, nats_server, nats_client, stream_name):
     nats_client.add_stream(stream_name, [f"{stream_name}.>"], allow_msg_ttl=True)
     nats_client.add_stream(stream_name + "B", [f"{stream_name}B.>"])
@@ -241,6 +260,75 @@ def test_dead_letter_subject_catches_rejected_rows(spark, nats_server, nats_clie
     assert dead[b"wrongstream"]["Spark-JetStream-Original-Subject"] == [f"{stream_name}B.other"]
     assert dead[b"wildcard"]["Spark-JetStream-Row"] == ["0:3"]
     assert "Nats-TTL" not in dead[b"badttl"]
+
+
+@pytest.mark.parametrize("column, ttl_type, bad, shown", [("ttl", "string", "1 hour", "'1 hour'"),
+                                                            ("TTL", "int", -5, "-5")])
+def test_a_ttl_the_connector_refuses_is_named_in_the_dead_letter_and_in_the_error(
+        spark, nats_server, nats_client, stream_name, column, ttl_type, bad, shown):
+    """The refused value is what the user must find and fix: the dead letter carries it as
+    Spark-JetStream-Original-TTL and in Spark-JetStream-Error (with the column as spelled); without
+    a dead-letter subject the task's error names both."""
+    nats_client.add_stream(stream_name, [f"{stream_name}.>"], allow_msg_ttl=True)
+    nats_client.add_stream(stream_name + "DLQ", [f"{stream_name}dlq"])
+    good = "3600" if ttl_type == "string" else 3600
+    df = spark.createDataFrame([("good", good), ("bad", bad)], f"data string, {column} {ttl_type}").coalesce(1)
+    write(df, nats_server, stream=stream_name, subject=f"{stream_name}.x", deadLetterSubject=f"{stream_name}dlq")
+    assert [m.data for m in nats_client.messages(stream_name)] == [b"good"]
+    # nats-py's own JetStream API reads the dead letter back.
+    dead = nats_client.run(nats_client.js.get_msg(stream_name + "DLQ", 1))
+    assert dead.data == b"bad" and dead.headers["Spark-JetStream-Err-Code"] == "client"
+    assert dead.headers["Spark-JetStream-Original-TTL"] == str(bad)
+    error = dead.headers["Spark-JetStream-Error"]
+    assert f"column '{column}' value {shown}" in error, error
+    assert "Nats-TTL" not in dead.headers
+
+    with pytest.raises(Exception) as info:
+        write(df, nats_server, stream=stream_name, subject=f"{stream_name}.x")
+    text = str(info.value)
+    assert "PublishError" in text and f"row 1 of partition 0 to subject '{stream_name}.x'" in text
+    assert f"column '{column}' value {shown}" in text, text[-2000:]
+
+
+def test_a_row_no_stream_takes_names_where_its_subject_could_go(spark, nats_server, nats_client, stream_name):
+    """A 503 (no stream captures the row's subject): with option 'stream' the error lists that stream's
+    subjects; without it, the streams capturing subjects under the same first token (or that none do)."""
+    s = stream_name
+    nats_client.add_stream(s, [f"{s}.a", f"{s}.b.>"])
+    nats_client.add_stream(s + "DLQ", [f"{s}dlq"])
+    df = spark.createDataFrame([(f"{s}.c", "x")], "subject string, data string")
+    subjects = f"'{s}.a', '{s}.b.>'"
+    with pytest.raises(Exception) as info:
+        write(df, nats_server, stream=s)
+    text = str(info.value)
+    assert "no stream captures this subject" in text and f"stream '{s}' (option 'stream') captures {subjects}" in text
+    write(df, nats_server, stream=s, deadLetterSubject=f"{s}dlq")
+    dead = nats_client.run(nats_client.js.get_msg(s + "DLQ", 1))
+    assert dead.headers["Spark-JetStream-Err-Code"] == "status 503"
+    assert f"stream '{s}' (option 'stream') captures {subjects}" in dead.headers["Spark-JetStream-Error"]
+
+    with pytest.raises(Exception) as info:
+        write(df, nats_server)
+    assert f"under '{s}.>': stream '{s}' captures {subjects}" in str(info.value), str(info.value)[-2000:]
+    alone = spark.createDataFrame([(f"NONE{s}.c", "x")], "subject string, data string")
+    with pytest.raises(Exception) as info:
+        write(alone, nats_server)
+    assert f"no stream captures any subject under 'NONE{s}.>'" in str(info.value), str(info.value)[-2000:]
+    assert nats_client.stream_state(s)["messages"] == 0
+
+
+def test_ensure_stream_create_names_the_stream_that_already_captures_the_subjects(spark, nats_server, nats_client,
+                                                                                  stream_name):
+    nats_client.add_stream(stream_name, [f"{stream_name}.>"])
+    df = spark.createDataFrame([("x",)], "data string")
+    with pytest.raises(Exception) as info:
+        write(df, nats_server, stream=stream_name + "B", ensureStream="create", subject=f"{stream_name}.x",
+              stream__subjects=f"{stream_name}.x")
+    text = str(info.value)
+    assert "StreamConfigError" in text and "subjects overlap with an existing stream (err_code 10065)" in text
+    assert f"stream '{stream_name}' captures '{stream_name}.>'" in text, text[-2000:]
+    assert "Write to that stream (option 'stream')" in text
+    assert "error" in nats_client.api(f"STREAM.INFO.{stream_name}B")  # not created
 
 
 @pytest.mark.parametrize("cause", ["client-side", "server-side"])

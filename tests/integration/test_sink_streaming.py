@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -14,6 +16,7 @@ from pyspark.sql import functions as F
 from ..helpers import finished, wait_until, write_json_inputs
 
 JOB = Path(__file__).parent / "jobs" / "stream_copy_job.py"
+COMMIT_LINES_JOB = Path(__file__).parent / "jobs" / "commit_lines_job.py"
 
 
 def _query(spark, nats_server, source_dir, checkpoint, stream_name, transform=None):
@@ -45,6 +48,27 @@ def test_streaming_write_publishes_every_micro_batch(spark, nats_server, nats_cl
     assert {i.split(":")[0] for i in ids} == {query.id}
     assert {i.split(":")[1] for i in ids} == {"0", "1", "2"}
     assert all(m.headers["Nats-TTL"] == ["1h"] for m in msgs)
+
+
+def test_each_commit_line_names_its_query_and_its_target(nats_server, nats_client, stream_name, tmp_path):
+    """Two queries in one driver, one named and one not, running side by side: each micro-batch's
+    totals line says which query (its name, else its id) and which stream; a batch write's says where."""
+    a, b = f"{stream_name}A", f"{stream_name}B"
+    nats_client.add_stream(a, [f"{a}.>"])
+    nats_client.add_stream(b, [f"{b}.>"])
+    write_json_inputs(tmp_path / "in", files=2, rows_per_file=5)
+    done = subprocess.run([sys.executable, str(COMMIT_LINES_JOB), nats_server.url, str(tmp_path / "in"),
+                           str(tmp_path), a, b], capture_output=True, text=True, timeout=400)
+    assert done.returncode == 0, done.stderr[-4000:]
+    ids = json.loads(done.stdout.strip().splitlines()[-1])
+    assert nats_client.stream_state(a)["messages"] == 11 and nats_client.stream_state(b)["messages"] == 10
+
+    batch = re.compile(r"JetStream sink batch [01] committed: 5 published, 0 duplicates.* \((.*)\)$")
+    whose = [m.group(1) for m in map(batch.search, done.stderr.splitlines()) if m]
+    assert sorted(whose) == sorted([f"query 'orders', to stream '{a}'"] * 2
+                                   + [f"query id {ids['unnamed']}, to stream '{b}'"] * 2), done.stderr[-4000:]
+    assert re.search(rf"JetStream sink write committed: 1 published, .*\(to subject '{a}\.one'\)$", done.stderr,
+                     re.MULTILINE), done.stderr[-4000:]
 
 
 def test_task_failing_mid_batch_restarts_exactly_once(spark, nats_server, nats_client, stream_name, tmp_path):

@@ -95,6 +95,14 @@ def test_the_layout_of_a_kv_write():
     with pytest.raises(SchemaError, match="Unknown column.*'value'.*a KV bucket"):
         layout_from_schema(StructType([StructField("key", StringType()), StructField("value", StringType())]),
                            has_default_subject=False, bucket=True)
+    # A subject column: a bucket read's own (with its stream and seq) is ignored; any other is refused.
+    kv_columns = [StructField("key", StringType()), StructField("data", StringType()),
+                  StructField("subject", StringType())]
+    read = StructType(kv_columns + [StructField("stream", StringType()), StructField("seq", LongType())])
+    assert layout_from_schema(read, has_default_subject=False, bucket=True).subject is None
+    for extra in ([], [StructField("stream", StringType())]):
+        with pytest.raises(SchemaError, match="'subject' is not used by a KV write.*'key' column decides"):
+            layout_from_schema(StructType(kv_columns + extra), has_default_subject=False, bucket=True)
     # A stream write ignores a bucket read's operation column, and has no compare-and-set column.
     with pytest.raises(SchemaError, match="Unknown column.*'expected_revision' for the JetStream sink"):
         layout_from_schema(StructType([StructField("subject", StringType()), StructField("data", StringType()),

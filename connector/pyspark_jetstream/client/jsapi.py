@@ -26,6 +26,7 @@ API_PREFIX = "$JS.API"
 # JetStream err_codes the connector reacts to (server/errors.json).
 ERR_STREAM_NOT_FOUND = 10059
 ERR_STREAM_INVALID_CONFIG = 10052
+ERR_STREAM_SUBJECT_OVERLAP = 10065
 ERR_EXPECTED_STREAM_MISMATCH = 10060
 ERR_MESSAGE_TTL_INVALID = 10165
 ERR_MESSAGE_TTL_DISABLED = 10166
@@ -116,6 +117,13 @@ async def stream_subjects(nc, stream: str, filters: tuple[str, ...] = (),
 async def stream_names_for_subject(nc, subject: str, prefix: str = API_PREFIX) -> list[str]:
     reply = await request(nc, "STREAM.NAMES", {"subject": subject}, prefix=prefix)
     return list(reply.get("streams") or [])
+
+
+async def streams_capturing(nc, subject: str, prefix: str = API_PREFIX) -> list[tuple[str, list[str]]]:
+    """(name, subjects) of the streams whose subjects overlap ``subject`` (wildcards too), from one
+    ``STREAM.LIST`` page (256 streams): for error messages, which name what is there."""
+    reply = await request(nc, "STREAM.LIST", {"subject": subject}, prefix=prefix)
+    return [(s["config"]["name"], list(s["config"].get("subjects") or [])) for s in reply.get("streams") or []]
 
 
 async def create_stream(nc, config: dict[str, Any], prefix: str = API_PREFIX) -> dict[str, Any]:

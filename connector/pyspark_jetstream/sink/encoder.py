@@ -57,7 +57,8 @@ SOURCE_ONLY_COLUMNS = ("stream", "seq", "timestamp", "marker_reason", "key", "op
 so a read DataFrame can be written back; ``stream``/``seq``/``marker_reason`` steer it (module docstring)."""
 
 KV_IGNORED_COLUMNS = ("subject", "stream", "seq", "timestamp", "marker_reason")
-"""A bucket read's columns a KV write does not take from (its ``subject`` is the source bucket's)."""
+"""A bucket read's columns a KV write does not take from (its ``subject`` is the source bucket's; a
+``subject`` column without the read's ``stream`` and ``seq`` is refused: the ``key`` decides)."""
 
 _MAX_SHOWN = 120
 
@@ -101,6 +102,7 @@ def layout_from_schema(schema: Any, *, has_default_subject: bool, bucket: bool =
         MapType,
         ShortType,
         StringType,
+        StructType,
         TimestampNTZType,
         TimestampType,
     )
@@ -117,9 +119,10 @@ def layout_from_schema(schema: Any, *, has_default_subject: bool, bucket: bool =
         kafka = [f"'{u}' -> {KAFKA_COLUMNS[u.lower()]}" for u in unknown if u.lower() in KAFKA_COLUMNS]
         hint = f" Kafka's sink columns have JetStream names: {'; '.join(kafka)}." if kafka else ""
         target = "a KV bucket ('bucket')" if bucket else "the JetStream sink"
+        whose = "ignored in a bucket read's rows" if bucket else "ignored"
         raise SchemaError(
             f"Unknown column(s) {', '.join(repr(u) for u in unknown)} for {target}.{hint} Accepted "
-            f"columns: {', '.join(accepted)} (and, ignored, {', '.join(ignored)}). Select or rename "
+            f"columns: {', '.join(accepted)} (and, {whose}, {', '.join(ignored)}). Select or rename "
             "columns before writing."
         )
 
@@ -129,14 +132,29 @@ def layout_from_schema(schema: Any, *, has_default_subject: bool, bucket: bool =
     if "data" not in by_name:
         raise SchemaError("The JetStream sink needs a 'data' column (binary or string; null means an empty payload).")
     data = by_name["data"]
+    if isinstance(data.dataType, (StructType, ArrayType, MapType)):
+        raise SchemaError(
+            f"Column '{data.name}' has type {data.dataType.simpleString()}; expected binary or string. Serialise it "
+            f"first, e.g. .withColumn('{data.name}', to_json('{data.name}')), or build it from other columns with "
+            f".withColumn('{data.name}', to_json(struct(...))) (pyspark.sql.functions).")
     if not isinstance(data.dataType, (BinaryType, StringType)):
         raise bad_type("data", "binary or string")
+    # A source position (the connector's own `stream` and `seq`) makes generated ids content-addressed.
+    source_stream, source_seq = by_name.get("stream"), by_name.get("seq")
+    has_position = (source_stream is not None and isinstance(source_stream.dataType, StringType)
+                    and source_seq is not None and isinstance(source_seq.dataType, (LongType, IntegerType)))
 
     kv: dict[str, str | None] = {"key": None, "operation": None, "expected_revision": None}
     if bucket:
-        subject = None  # $KV.<bucket>.<key>; a bucket read's own subject column is ignored
+        subject = None  # $KV.<bucket>.<key>
         if "key" not in by_name:
             raise SchemaError("A KV write (option 'bucket') needs a 'key' column (string).")
+        if "subject" in by_name and not has_position:
+            # Only a bucket read's own rows (with its `stream` and `seq`) keep their `$KV.<source>.<key>` subject,
+            # ignored; anywhere else a subject column says the user expects it to steer the write.
+            raise SchemaError(
+                f"Column '{by_name['subject'].name}' is not used by a KV write (option 'bucket'): the 'key' column "
+                "decides the subject ($KV.<bucket>.<key>). Drop or rename the column, or put the key in 'key'.")
         for name, types, want in (("key", (StringType,), "string"), ("operation", (StringType,), "string"),
                                   ("expected_revision", (LongType, IntegerType, ShortType), "long")):
             if name in by_name:
@@ -176,11 +194,6 @@ def layout_from_schema(schema: Any, *, has_default_subject: bool, bucket: bool =
     msg_id = by_name.get("msg_id")
     if msg_id is not None and not isinstance(msg_id.dataType, StringType):
         raise bad_type("msg_id", "string")
-    # A source position (the connector's own `stream` and `seq`) makes generated ids content-addressed.
-    source_stream, source_seq = by_name.get("stream"), by_name.get("seq")
-    has_position = (source_stream is not None and isinstance(source_stream.dataType, StringType)
-                    and source_seq is not None and isinstance(source_seq.dataType, (LongType, IntegerType)))
-
     return InputLayout(
         subject=subject.name if subject is not None else None,
         data=data.name,
@@ -538,8 +551,9 @@ class BatchEncoder:
                 if resolved is not None:
                     out.rejected.append(RowRejection(
                         first + i, rows.subjects[i], "a DEL row cannot carry a TTL (nats-py ignores one); to make a "
-                        "key's tombstone expire, write operation PURGE with that ttl", "ttl", shown(own),
-                        payload=rows.payload(i), msg_id=generated[i]))
+                        "key's tombstone expire, write operation PURGE with that ttl",
+                        self.layout.ttl if ttls[i] is not None else self.layout.headers, shown(own),
+                        payload=rows.payload(i), ttl=str(own), msg_id=generated[i]))
                     continue
                 kept.append(i)
                 continue
@@ -554,17 +568,18 @@ class BatchEncoder:
                 ttl_headers[i] = str(left)
                 kept.append(i)
                 continue
-            value, column = ttls[i], "ttl"
+            value, column = ttls[i], self.layout.ttl
             if value is None and i in header_ttls:
-                value, column = header_ttls[i], "headers"
+                value, column = header_ttls[i], self.layout.headers
             if value is not None:
                 try:
                     ttl_headers[i] = self._resolve_ttl(value)
                 except InvalidTtl as exc:
+                    # The refused value travels as the dead letter's Spark-JetStream-Original-TTL too.
                     out.rejected.append(RowRejection(
                         first + i, rows.subjects[i], f"{exc.reason}. Allowed: whole seconds, a Go duration of at "
                         "least 1s ('90s', '1h30m'), 'never', or 0 for none", column, shown(value),
-                        payload=rows.payload(i), msg_id=generated[i]))
+                        payload=rows.payload(i), ttl=str(value), msg_id=generated[i]))
                     continue
             kept.append(i)
         return ttl_headers, kept

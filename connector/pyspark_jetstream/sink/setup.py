@@ -37,12 +37,14 @@ def plan_sink(raw_options: Mapping[str, str], schema: Any, *, overwrite: bool, s
         raise OptionError("preserveExpiry", "true", "It needs an 'expires_at' timestamp column; add one or set it to false.")
     needs_ttl = layout.can_carry_ttl or opts.default_ttl is not None or opts.preserve_expiry
 
-    async def check() -> int:
+    async def check() -> tuple[int, tuple[str, ...] | None]:
         nc = await runtime.connection(opts.connection)
+        subjects = None
         if opts.bucket is not None:
             await stream_admin.ensure_bucket(nc, opts, needs_ttl, may_purge=layout.operation is not None)
         elif opts.stream is not None:
-            await stream_admin.ensure_stream(nc, opts, needs_ttl)
+            config = await stream_admin.ensure_stream(nc, opts, needs_ttl)
+            subjects = tuple(config.get("subjects") or ())
         elif opts.subject is not None and needs_ttl:
             await stream_admin.check_capturing_stream(nc, opts.subject, opts.api_prefix)
         target = kv.stream_name(opts.bucket) if opts.bucket is not None else opts.stream
@@ -54,19 +56,15 @@ def plan_sink(raw_options: Mapping[str, str], schema: Any, *, overwrite: bool, s
                             "what the server keeps (see the README's Guarantees).", target, "; ".join(risks))
         if opts.dead_letter_subject is not None:
             await stream_admin.check_dead_letter_subject(nc, opts.dead_letter_subject, opts.api_prefix)
-        return nc.max_payload
+        return nc.max_payload, subjects
 
     guard = _guard_plan(opts, streaming)
-
-    async def check_all() -> int:
-        max_payload = await check()
-        return max_payload
 
     async def state() -> None:
         nc = await runtime.connection(opts.connection)
         await replay_guard.ensure_bucket(nc, guard.bucket, opts.state_ttl, opts.api_prefix)
 
-    max_payload = runtime.run(check_all(), timeout=opts.connection.connect_timeout * 3 + 30)
+    max_payload, stream_subjects = runtime.run(check(), timeout=opts.connection.connect_timeout * 3 + 30)
     if guard is not None:
         try:
             runtime.run(state(), timeout=opts.connection.connect_timeout * 3 + 30)
@@ -91,7 +89,8 @@ def plan_sink(raw_options: Mapping[str, str], schema: Any, *, overwrite: bool, s
         run_id = f"wid-{opts.write_id}"  # a retried save() gives every row the id it had
     else:
         run_id = f"w{uuid.uuid4().hex}"
-    return SinkPlan(options=opts, layout=layout, encoder=encoder, run_id=run_id, guard=guard)
+    return SinkPlan(options=opts, layout=layout, encoder=encoder, run_id=run_id, guard=guard,
+                    stream_subjects=stream_subjects)
 
 
 def _guard_plan(opts: Any, streaming: bool) -> replay_guard.GuardPlan | None:

@@ -22,19 +22,40 @@ async def _carry_out(nc, plan: StreamPlan, what: str, options: str, prefix: str)
         elif plan.action == "update":
             await jsapi.update_stream(nc, plan.config, prefix)
     except JetStreamApiError as exc:
+        others = ""
+        if exc.err_code == jsapi.ERR_STREAM_SUBJECT_OVERLAP:
+            others = await _overlapping(nc, plan.config, prefix)
         raise StreamConfigError(
-            f"Could not {plan.action} {what}: {exc.description} (err_code {exc.err_code}). Check the {options} options."
+            f"Could not {plan.action} {what}: {exc.description} (err_code {exc.err_code}){others}. "
+            f"Check the {options} options."
         ) from None
     if plan.action != "none":
         log.info("%s: %s", what[0].upper() + what[1:], "; ".join(plan.changes))
 
 
-async def ensure_stream(nc, opts: SinkOptions, needs_ttl: bool) -> StreamPlan:
-    """Check (and per ``ensureStream`` create or update) the target stream; return what was done."""
+async def _overlapping(nc, config: dict, prefix: str) -> str:
+    """Which streams already capture the subjects of ``config`` (the server's overlap error names none)."""
+    found: dict[str, list[str]] = {}
+    try:
+        for subject in config.get("subjects") or []:
+            for name, subjects in await jsapi.streams_capturing(nc, subject, prefix):
+                if name != config.get("name"):
+                    found[name] = subjects
+    except JetStreamApiError:
+        return ""  # the refusal is still reported, only without the names
+    if not found:
+        return ""
+    return ": " + "; ".join(f"stream '{name}' captures {', '.join(repr(s) for s in subjects)}"
+                            for name, subjects in found.items()) + (
+        ". Write to that stream (option 'stream'), or give this one subjects no other stream captures")
+
+
+async def ensure_stream(nc, opts: SinkOptions, needs_ttl: bool) -> dict:
+    """Check (and per ``ensureStream`` create or update) the target stream; return its config as it now is."""
     info = await jsapi.stream_info(nc, opts.stream, opts.api_prefix)
     plan = plan_stream(info["config"] if info else None, opts, needs_ttl)
     await _carry_out(nc, plan, f"stream '{opts.stream}'", "'stream.*'", opts.api_prefix)
-    return plan
+    return plan.config if plan.config is not None else info["config"]
 
 
 async def ensure_bucket(nc, opts: SinkOptions, needs_ttl: bool, *, may_purge: bool) -> StreamPlan:

@@ -25,7 +25,7 @@ from pyspark.sql.datasource import (
     WriterCommitMessage,
 )
 
-from ..client import runtime
+from ..client import jsapi, runtime
 from ..errors import PublishError
 from ..logs import get_logger
 from ..options import SinkOptions
@@ -60,6 +60,7 @@ class SinkPlan:
     encoder: EncoderConfig
     run_id: str | None  # fixed on the driver for batch writes; None for streaming
     guard: GuardPlan | None = None  # exactly-once past the duplicate window (replay_guard)
+    stream_subjects: tuple[str, ...] | None = None  # the subjects of option 'stream', as checked at start
 
 
 @dataclass
@@ -72,6 +73,8 @@ class SinkCommitMessage(WriterCommitMessage):
     markers_skipped: int = 0
     already_stored: int = 0  # rows an earlier attempt of this run stored (replay_guard), not published again
     run: str | None = None  # the task's run id (``<queryId>:<batchId>`` for a micro-batch)
+    query_id: str | None = None  # a streaming write's query (the task's local properties), for the driver's log
+    query_name: str | None = None
 
 
 def _escape(value: Any) -> str:
@@ -82,7 +85,8 @@ def _escape(value: Any) -> str:
 def dead_letter_frame(rejection: RowRejection, dlq_subject: str, reply: str, partition: int,
                       idempotent: bool, max_payload: int, original_headers: bytes = b"") -> bytes:
     """A dead-letter message: the row's data, its valid headers (none of NATS's ``Nats-*``), and headers
-    naming the error.
+    naming the error: the reason with the column and value the connector refused (as PublishError
+    names them), and the row's TTL as sent, or as given when it was the TTL that was refused.
 
     Its ``Nats-Msg-Id`` is the row's own id with ``:dlq`` appended, so a replay
     dead-letters a row once. It never exceeds ``max_payload`` (a larger frame makes
@@ -101,8 +105,11 @@ def dead_letter_frame(rejection: RowRejection, dlq_subject: str, reply: str, par
     ours: list[tuple[str, str]] = []
     if idempotent and rejection.msg_id is not None:
         ours.append((hdrs.MSG_ID, _escape(f"{rejection.msg_id}:dlq")))
+    error = rejection.reason
+    if rejection.column is not None:  # as PublishError names them: what the user must fix
+        error += f"; column '{rejection.column}' value {rejection.value!r}"
     ours += [
-        (DLQ_ERROR, _escape(rejection.reason)),
+        (DLQ_ERROR, _escape(error)),
         (DLQ_ERR_CODE, str(rejection.err_code) if rejection.err_code is not None
          else f"status {rejection.status}" if rejection.status is not None else "client"),
         (DLQ_SUBJECT, _escape(rejection.subject)),
@@ -144,6 +151,35 @@ def _task_identity(plan: SinkPlan) -> tuple[int, MsgIds | None]:
     return partition, MsgIds(run_id, partition)
 
 
+def _query_of_task() -> tuple[str | None, str | None]:
+    """(id, name) of the streaming query running this task, or (None, None) for a batch write.
+
+    Spark sets the id as the local property ``sql.streaming.queryId`` and has no property for the
+    name (``sql.streaming.queryName`` does not exist, checked on Spark 4.3); the name is the first
+    line of the job description it sets for each micro-batch (``<name>\\nid = <id>\\nrunId = ...``,
+    an empty first line for an unnamed query)."""
+    from pyspark import TaskContext
+
+    ctx = TaskContext.get()
+    query_id = ctx.getLocalProperty("sql.streaming.queryId") if ctx is not None else None
+    if not query_id:
+        return None, None
+    lines = (ctx.getLocalProperty("spark.job.description") or "").split("\n")
+    name = lines[0] if len(lines) > 1 and lines[1] == f"id = {query_id}" and lines[0] else None
+    return query_id, name
+
+
+def describe_target(opts: SinkOptions) -> str:
+    """Where a write goes, as its options name it (for the commit log line)."""
+    if opts.bucket is not None:
+        return f"bucket '{opts.bucket}'"
+    if opts.stream is not None:
+        return f"stream '{opts.stream}'"
+    if opts.subject is not None:
+        return f"subject '{opts.subject}'"
+    return "the rows' subjects"
+
+
 MIN_SLICE = 1024
 """The fewest rows :meth:`WriteTask.publish` encodes at once (below, encoding's fixed cost per call shows)."""
 
@@ -170,9 +206,11 @@ class WriteTask:
         self.plan = plan
         self.opts = opts = plan.options
         self.partition, self.msg_ids = _task_identity(plan)
+        self.query_id, self.query_name = _query_of_task()
         self.encoder = BatchEncoder(plan.layout, plan.encoder, self.msg_ids)
         self.position = 0  # of the next row in this task
         self.expired = self.markers_skipped = self.already_stored = 0
+        self._streams_near: dict[str, list[tuple[str, list[str]]] | None] = {}  # see _where_subjects_go
         self.already = self._replayed()
 
         async def open_publisher() -> Publisher:
@@ -271,11 +309,41 @@ class WriteTask:
             reason = f.description or f"status {f.code}"
             if f.err_code is None:
                 reason += f" (status {f.code})"
+                if f.code == 503:
+                    reason += self._where_subjects_go(sent.subject)
             rejections.append(RowRejection(f.position, sent.subject, reason, err_code=f.err_code,
                                            status=None if f.err_code is not None else f.code,
                                            payload=sent.payload, ttl=sent.ttl, value=sent.ttl, msg_id=sent.msg_id))
             originals[f.position] = sent.header_block
         self.divert(rejections, originals)
+
+    def _where_subjects_go(self, subject: str) -> str:
+        """For a row no stream took (503): the subjects of option 'stream', or else the streams that
+        capture subjects beside it (one ``STREAM.LIST`` per first token, remembered by the task)."""
+        opts = self.opts
+        if opts.stream is not None and self.plan.stream_subjects is not None:
+            return (f"; stream '{opts.stream}' (option 'stream') captures "
+                    f"{', '.join(repr(s) for s in self.plan.stream_subjects) or 'no subjects'}")
+        near = f"{subject.split('.', 1)[0]}.>"
+        if near not in self._streams_near:
+            async def ask() -> list[tuple[str, list[str]]]:
+                nc = await runtime.connection(opts.connection)
+                return await jsapi.streams_capturing(nc, near, opts.api_prefix)
+
+            try:
+                found = runtime.run(ask(), timeout=30)
+            except Exception:  # the refusal is reported all the same, without the neighbours
+                found = None
+            if len(self._streams_near) < 64:
+                self._streams_near[near] = found
+        found = self._streams_near.get(near)
+        if found is None:
+            return ""
+        if not found:
+            return f"; no stream captures any subject under '{near}'"
+        shown = "; ".join(f"stream '{name}' captures {', '.join(repr(s) for s in subjects)}"
+                          for name, subjects in found[:5])
+        return f"; under '{near}': {shown}" + (f" (and {len(found) - 5} more streams)" if len(found) > 5 else "")
 
     def finish(self) -> SinkCommitMessage:
         runtime.run(self.pub.drain())
@@ -286,7 +354,8 @@ class WriteTask:
         return SinkCommitMessage(partition=self.partition, published=pub.stored, duplicates=pub.duplicates,
                                  dead_lettered=pub.dead_lettered, expired=self.expired,
                                  markers_skipped=self.markers_skipped, already_stored=self.already_stored,
-                                 run=self.msg_ids.run if self.msg_ids is not None else None)
+                                 run=self.msg_ids.run if self.msg_ids is not None else None,
+                                 query_id=self.query_id, query_name=self.query_name)
 
     def close(self, failed: bool) -> None:
         # A failed task leaves nothing behind to be sent after a reconnect.
@@ -307,21 +376,29 @@ def write_partition(plan: SinkPlan, batches: Iterable[Any]) -> SinkCommitMessage
     return message
 
 
-def log_totals(messages: Iterable[Any], batch_id: int | None = None) -> dict[str, int]:
+def log_totals(messages: Iterable[Any], batch_id: int | None = None, target: str | None = None) -> dict[str, int]:
+    """Log a commit's totals, naming the target (:func:`describe_target`) and, for a streaming write,
+    the query (its name, else its id, as the tasks saw them), so that the lines of two queries in one
+    driver can be told apart."""
     totals = {"published": 0, "duplicates": 0, "dead_lettered": 0, "expired": 0, "markers_skipped": 0,
               "already_stored": 0}
+    query = None
     for m in messages:
         if isinstance(m, SinkCommitMessage):
             for key in totals:
                 totals[key] += getattr(m, key)
+            if query is None and m.query_id is not None:
+                query = f"query '{m.query_name}'" if m.query_name else f"query id {m.query_id}"
     where = f"batch {batch_id}" if batch_id is not None else "write"
+    whose = ", ".join(part for part in (query, f"to {target}" if target else None) if part)
     log.info(
         "JetStream sink %s committed: %d published, %d duplicates dropped by the server, %d dead-lettered, "
-        "%d expired before publishing%s",
+        "%d expired before publishing%s%s",
         where, totals["published"], totals["duplicates"], totals["dead_lettered"], totals["expired"],
         (f", {totals['markers_skipped']} delete markers skipped" if totals["markers_skipped"] else "")
         + (f", {totals['already_stored']} stored by an earlier attempt (not published again)"
            if totals["already_stored"] else ""),
+        f" ({whose})" if whose else "",
     )
     return totals
 
@@ -334,7 +411,7 @@ class JetStreamBatchWriter(DataSourceArrowWriter):
         return write_partition(self.plan, iterator)
 
     def commit(self, messages: list[Any]) -> None:
-        log_totals(messages)
+        log_totals(messages, target=describe_target(self.plan.options))
 
     def abort(self, messages: list[Any]) -> None:
         log.warning("JetStream batch write aborted; rows already stored stay in the stream (ids are idempotent).")
@@ -348,7 +425,7 @@ class JetStreamStreamWriter(DataSourceStreamArrowWriter):
         return write_partition(self.plan, iterator)
 
     def commit(self, messages: list[Any], batchId: int) -> None:
-        log_totals(messages, batchId)
+        log_totals(messages, batchId, target=describe_target(self.plan.options))
         self._forget_previous(messages, batchId)
 
     def _forget_previous(self, messages: list[Any], batch_id: int) -> None:
