@@ -99,8 +99,8 @@ class ProgressPrinter:
                 source = p.sources[0]
                 print(f"  micro-batch {p.batchId}: {p.numInputRows} orders read, "
                       f"{p.inputRowsPerSecond:.0f} rows/s in, {p.processedRowsPerSecond:.0f} rows/s processed; "
-                      f"offsets {_offset(source.startOffset)} -> {source.endOffset} (latest {source.latestOffset})",
-                      flush=True)
+                      f"offsets {_offset(source.startOffset)} -> {source.endOffset} (latest {source.latestOffset}, "
+                      f"lag {lag(source)} messages)", flush=True)
 
             def onQueryIdle(self, event):
                 pass
@@ -148,6 +148,18 @@ def _offset(offset) -> str:
     """A micro-batch's start offset as progress reports it: the first batch has none yet
     (PySpark gives the JSON ``null`` as ``None`` or as the string ``"None"``)."""
     return "start" if offset in (None, "None", "null") else str(offset)
+
+
+def lag(source) -> int | str:
+    """Sequences the query has still to read after this micro-batch: the stream's last sequence
+    (``latestOffset``, which the connector reports) minus the batch's end. PySpark gives no metrics
+    hook to Python sources, so the lag is read from the progress's offsets (JSON on PySpark 4.2+)."""
+    import json
+
+    try:
+        return int(json.loads(source.latestOffset)["seq"]) - int(json.loads(source.endOffset)["seq"])
+    except (TypeError, ValueError, KeyError):
+        return "?"
 
 
 def _expiry(stored: dt.datetime, ttl: str) -> str:

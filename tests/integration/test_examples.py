@@ -46,6 +46,7 @@ def test_quickstart_with_its_embedded_server():
     progress = out.split("Stream ORDERS:")[0]  # printed as the query ran, before the streams are shown
     assert re.findall(r"micro-batch (\d+): (\d+) orders read", progress) == [("0", "400"), ("1", "400"), ("2", "200")]
     assert re.search(r"micro-batch 0: .* offsets start -> \{", progress), progress  # not "None"
+    assert re.findall(r"lag (\d+) messages", progress) == ["600", "200", "0"]  # from the progress's offsets
     assert "Query finished\n" in progress
     # One total per customer kept (MaxMsgsPerSubject=1), each with the sink's defaultTtl.
     assert totals_section.startswith(" 7 messages") and "TTL mix: 1h: 7" in totals_section

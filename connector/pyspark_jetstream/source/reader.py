@@ -359,8 +359,12 @@ class JetStreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         self._planned = (end, bounds)
         return end
 
-    def reportLatestOffset(self) -> dict | None:
-        return None if self._latest is None else self._offset(self._latest.last_seq, self._latest)
+    def reportLatestOffset(self) -> dict:
+        """The stream's last sequence, for the progress's ``latestOffset`` (the lag). A replayed batch after a
+        restart is planned without ``latestOffset``: the stream is asked here then, never reported as null."""
+        if self._latest is None:
+            self._latest = _bounds(self.opts)
+        return self._offset(self._latest.last_seq, self._latest)
 
     def prepareForTriggerAvailableNow(self) -> None:
         self._target = _bounds(self.opts).last_seq
