@@ -98,7 +98,8 @@ async def stream_messages(url: str, name: str) -> int:
         await nc.close()
 
 
-async def raw_publish(url: str, stream: str, rows: int, size: int, window: int = 10_000, headers: bool = True) -> float:
+async def raw_publish(url: str, stream: str, rows: int, size: int, window: int = 10_000, headers: bool = True,
+                      subjects: int = 8) -> float:
     """Baseline: nc.publish with a reply subject per message under one wildcard ack
     subscription, a window of 10k outstanding acks, every PubAck checked."""
     import nats
@@ -126,7 +127,7 @@ async def raw_publish(url: str, stream: str, rows: int, size: int, window: int =
             room.clear()
             await room.wait()
         state["pending"] += 1
-        await nc.publish(f"{stream}.s{i % 8}", payload, reply=f"{inbox}.{i}",
+        await nc.publish(f"{stream}.s{i % subjects}", payload, reply=f"{inbox}.{i}",
                          headers={"Nats-TTL": "1h", "Nats-Msg-Id": f"raw-{i}"} if headers else None)
     await done.wait()
     elapsed = time.perf_counter() - start
@@ -290,6 +291,79 @@ def connector_batch_write(spark, url: str, stream: str, rows: int, size: int, pa
     elapsed = time.perf_counter() - start
     df.unpersist()
     return elapsed
+
+
+def connector_copy(spark, url: str, source: str, target: str, partitions: int, split: str) -> float:
+    """A stream-to-stream copy (batch read -> batch write, ``partitions`` tasks on both sides)."""
+    from pyspark.sql import functions as F
+
+    df = (spark.read.format("jetstream").option("servers", url).option("stream", source)
+          .option("numPartitions", partitions).option("split", split).load()
+          .select(F.concat(F.lit(f"{target}."), F.col("subject")).alias("subject"), "data", "stream", "seq"))
+    start = time.perf_counter()
+    df.write.format("jetstream").mode("append").option("servers", url).option("stream", target).save()
+    return time.perf_counter() - start
+
+
+def connector_stream_copy(spark, url: str, source: str, target: str, per_trigger: int, state: str) -> tuple[float, int]:
+    """A streaming copy (AvailableNow, ``per_trigger`` messages per micro-batch, 2 partitions), with the sink's
+    replay records (``sinkState``) or without them (``none``): (seconds, micro-batches)."""
+    import tempfile
+
+    from pyspark.sql import functions as F
+
+    q = (spark.readStream.format("jetstream").option("servers", url).option("stream", source)
+         .option("startingOffsets", "earliest").option("numPartitions", 2)
+         .option("maxMessagesPerTrigger", per_trigger).load()
+         .select(F.concat(F.lit(f"{target}."), F.col("subject")).alias("subject"), "data", "stream", "seq")
+         .writeStream.format("jetstream").option("servers", url).option("stream", target)
+         .option("sinkState", state).option("checkpointLocation", tempfile.mkdtemp()).trigger(availableNow=True))
+    start = time.perf_counter()
+    query = q.start()
+    assert query.awaitTermination(3600), "the benchmark query did not finish within an hour"
+    elapsed = time.perf_counter() - start
+    return elapsed, len([p for p in query.recentProgress if p["numInputRows"]])
+
+
+def copies(spark, url: str, quick: bool, repeat: int, results: list, notes: list) -> None:
+    """Issue #23: a 4-partition copy split by subject and by sequence ranges, in alternation on the same
+    source (1,000 subjects), and the cost per micro-batch of the sink's replay records."""
+    rows, size, subjects = (50_000, 100, 1000) if quick else (200_000, 100, 1000)
+    asyncio.run(make_stream(url, "COPYSRC"))
+    asyncio.run(raw_publish(url, "COPYSRC", rows, size, headers=False, subjects=subjects))
+    times: dict[str, list[float]] = {"sequence": [], "subject": []}
+    for r in range(repeat):
+        for split in (("sequence", "subject") if r % 2 == 0 else ("subject", "sequence")):
+            target = f"COPY{split.upper()}{r}"
+            asyncio.run(make_stream(url, target))
+            collect_garbage(spark)
+            times[split].append(connector_copy(spark, url, "COPYSRC", target, 4, split))
+            assert asyncio.run(stream_messages(url, target)) == rows, split
+            asyncio.run(delete_streams(url, target))
+    label = f"{rows // 1000}k x {size} B, {subjects:,} subjects"
+    base = f"copy stream -> stream {label}, 4 partitions, split=sequence (no order per subject)"
+    results.append(Result(base, rows, size, statistics.median(times["sequence"])))
+    results.append(Result(f"copy stream -> stream {label}, 4 partitions, split=subject (order kept)", rows, size,
+                          statistics.median(times["subject"]), base))
+    # The replay records: one STREAM.INFO and one KV create per task and micro-batch.
+    per_trigger = 1000
+    stream_rows = 20_000 if quick else 50_000
+    asyncio.run(make_stream(url, "GUARDSRC"))
+    asyncio.run(raw_publish(url, "GUARDSRC", stream_rows, size, headers=False, subjects=100))
+    per_batch: dict[str, list[float]] = {"SPARK_JETSTREAM_SINK": [], "none": []}
+    for r in range(repeat):
+        for state in (("none", "SPARK_JETSTREAM_SINK") if r % 2 == 0 else ("SPARK_JETSTREAM_SINK", "none")):
+            target = f"GUARD{r}{'N' if state == 'none' else 'S'}"
+            asyncio.run(make_stream(url, target))
+            collect_garbage(spark)
+            seconds, batches = connector_stream_copy(spark, url, "GUARDSRC", target, per_trigger, state)
+            per_batch[state].append(seconds / batches * 1000)
+            asyncio.run(delete_streams(url, target))
+    on, off = statistics.median(per_batch["SPARK_JETSTREAM_SINK"]), statistics.median(per_batch["none"])
+    notes.append(f"Replay records (exactly-once past the duplicate window), streaming copy of {stream_rows:,} messages "
+                 f"in micro-batches of {per_trigger:,}, 2 partitions, median of {repeat} alternated runs: "
+                 f"{on:.0f} ms per micro-batch with them, {off:.0f} ms without (sinkState=none): "
+                 f"{on - off:+.0f} ms per micro-batch.")
 
 
 def fill_with_the_sink(spark, url: str, stream: str, rows: int, size: int, rich: bool) -> None:
@@ -498,6 +572,7 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="smaller sizes (under 3 minutes)")
     parser.add_argument("--repeat", type=int, default=3, help="runs per path; the median is kept")
     parser.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results"))
+    parser.add_argument("--only", choices=("copies",), help="run one section only (its table: bench-<section>.md)")
     args = parser.parse_args()
     quick, repeat = args.quick, (1 if args.quick else args.repeat)
 
@@ -528,6 +603,10 @@ def main() -> int:
             .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false").getOrCreate()
         )
         spark.sparkContext.setLogLevel("ERROR")
+        if args.only == "copies":
+            copies(spark, url, quick, repeat, results, notes)
+            spark.stop()
+            return _report(results, notes, started, args.out, "copies")
 
         # ---- memory first: worker RSS must not grow with the range length. The workers are reused
         # across paths, and a worker keeps the high-water mark of what it allocated before: measured
@@ -661,6 +740,10 @@ def main() -> int:
                 results.append(Result(f"streaming write {label} (Parquet files -> jetstream, addBatch time)",
                                       rows, size, statistics.median(stream_times), base, ceiling=top))
 
+        # ---- copies: the two splits, and the replay records' cost
+        asyncio.run(delete_streams(url))
+        copies(spark, url, quick, repeat, results, notes)
+
         # ---- latency
         asyncio.run(make_stream(url, "LAT"))
         p50, p99, samples = latency(spark, url, "LAT", 2000, latency_seconds)
@@ -668,16 +751,19 @@ def main() -> int:
                      f"p99 {p99:.0f} ms ({samples:,} messages over {latency_seconds} s).")
         spark.stop()
 
+    return _report(results, notes, started, args.out, "quick" if quick else "full")
+
+
+def _report(results: list[Result], notes: list[str], started: float, out: str, suffix: str) -> int:
     table = print_table(results)
-    notes.append(f"Total harness time: {time.perf_counter() - started:.0f} s ({'quick' if quick else 'full'} run).")
+    notes.append(f"Total harness time: {time.perf_counter() - started:.0f} s ({suffix} run).")
     for note in notes:
         print(note)
-    os.makedirs(args.out, exist_ok=True)
-    suffix = "quick" if quick else "full"
-    with open(os.path.join(args.out, f"bench-{suffix}.md"), "w") as f:
+    os.makedirs(out, exist_ok=True)
+    with open(os.path.join(out, f"bench-{suffix}.md"), "w") as f:
         f.write(table + "\n\n" + "\n".join(notes) + "\n")
-    write_chart(results, os.path.join(args.out, f"bench-{suffix}.png"))
-    print(f"Wrote {args.out}/bench-{suffix}.md and .png")
+    write_chart(results, os.path.join(out, f"bench-{suffix}.png"))
+    print(f"Wrote {out}/bench-{suffix}.md and .png")
     return 0
 
 

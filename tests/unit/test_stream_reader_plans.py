@@ -32,3 +32,37 @@ def test_one_stream_info_per_micro_batch(monkeypatch):
     replayed = {"stream": "S", "seq": 50, "partitions": 2, "created": "t0"}
     r.partitions({"stream": "S", "seq": 0, "partitions": 2, "created": "t0"}, replayed)
     assert len(asked) == 4
+
+
+def test_the_split_is_recorded_with_the_offset_and_replayed_as_recorded(monkeypatch):
+    monkeypatch.setattr(reader, "_bounds", lambda opts: StreamBounds(first_seq=1, last_seq=40, created="t0",
+                                                                      num_subjects=6))
+    opts = parse_source_options({"stream": "S", "startingOffsets": "earliest", "numPartitions": "4"}, streaming=True)
+    r = reader.JetStreamStreamReader(opts)
+    start = r.initialOffset()
+    end = r.latestOffset(start, ReadAllAvailable())
+    assert end["split"] == "subject" and end["depth"] is None  # literal subjects: 6 fit one consumer each
+    parts = r.partitions(start, end)
+    assert [(p.index, p.first, p.last, p.split) for p in parts] == [(i, 1, 40, (None, 4)) for i in range(4)]
+    assert r.latestOffset(end, ReadAllAvailable()) is end  # nothing new: the same offset, no batch planned
+    # Offsets written before splits existed are read by sequence ranges, as then.
+    old = {"stream": "S", "seq": 40, "partitions": 2, "created": "t0"}
+    assert [(p.first, p.last, p.split) for p in r.partitions(start, old)] == [(1, 20, None), (21, 40, None)]
+    # ... and an old snapshot batch by one partition.
+    snap = dict(old, snapshot=True)
+    assert [(p.index, p.last_per_subject, p.split) for p in r.partitions(start, snap)] == [(0, True, (0, 1))]
+    # A recorded grouping wins over today's options.
+    grouped = dict(end, depth=2, partitions=3)
+    assert {p.split for p in r.partitions(start, grouped)} == {(2, 3)}
+
+
+def test_split_sequence_keeps_contiguous_ranges(monkeypatch):
+    monkeypatch.setattr(reader, "_bounds", lambda opts: StreamBounds(first_seq=1, last_seq=40, created="t0",
+                                                                      num_subjects=6))
+    opts = parse_source_options({"stream": "S", "startingOffsets": "earliest", "numPartitions": "4",
+                                 "split": "sequence"}, streaming=True)
+    r = reader.JetStreamStreamReader(opts)
+    start = r.initialOffset()
+    end = r.latestOffset(start, ReadAllAvailable())
+    assert "split" not in end
+    assert [(p.first, p.last) for p in r.partitions(start, end)] == [(1, 10), (11, 20), (21, 30), (31, 40)]
