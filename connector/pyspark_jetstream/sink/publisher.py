@@ -233,14 +233,15 @@ class Publisher:
             f"{self._closed}. The task fails so that Spark retries it on a new connection."
         )
 
-    def on_permission_error(self, text: str) -> None:
-        """The server refused a publish (async -ERR, no PubAck will come): fail the frames it names."""
-        lowered = text.lower()
-        inbox_refused = f'"{self.reply_prefix}*"'.lower() in lowered  # no PubAck could ever arrive
+    def on_permission_error(self, violation) -> None:
+        """The server refused a publish (async -ERR, no PubAck will come): fail the frames it names
+        (a :class:`~pyspark_jetstream.client.nats_internals.PermissionViolation`: subjects are
+        case-sensitive, ``Orders.x`` is not ``orders.x``)."""
+        inbox_refused = violation.names(f"{self.reply_prefix}*")  # no PubAck could ever arrive
         for token, sent in list(self._inflight.items()):
-            if inbox_refused or f'"{sent[2]}"'.lower() in lowered:
+            if inbox_refused or violation.names(sent[2]):
                 del self._inflight[token]
-                self._fail(token, sent, 403, None, text, token.startswith(DEAD_LETTER_TAG))
+                self._fail(token, sent, 403, None, violation.text, token.startswith(DEAD_LETTER_TAG))
         self._last_progress = time.monotonic()
         if len(self._inflight) <= self.low_water:
             self._room.set()
