@@ -298,8 +298,9 @@ SINK_OPTIONS: tuple[OptionSpec, ...] = (
                "when missing; `update`: also enable AllowMsgTTL / set SubjectDeleteMarkerTTL on an existing stream.",
                parse_choice("validate", "create", "update")),
     OptionSpec("idempotent", "true", "Expected 'true' or 'false'.",
-               "Give rows without `msg_id` a deterministic `Nats-Msg-Id` (query id, batch id, partition, row) "
-               "so that retries and restarts are de-duplicated by the server.", parse_bool),
+               "Give rows without `msg_id` a deterministic `Nats-Msg-Id` (the run, and the source message and "
+               "content, or the partition and row: see Guarantees) so that retries and restarts are de-duplicated "
+               "by the server.", parse_bool),
     OptionSpec("maxPendingAcks", "4096", "Expected an integer from 1 to 1000000.",
                "How many publishes may await their PubAck at once.", parse_int_range(1, 1_000_000)),
     OptionSpec("ackTimeout", "30s", "Expected a duration of at least 1s, such as '30s'.",

@@ -6,11 +6,14 @@ to the executors. A task turns its Arrow batches into frames (:mod:`.encoder`),
 publishes them through a :class:`~pyspark_jetstream.sink.publisher.Publisher` and
 returns a :class:`SinkCommitMessage` with its counts, which the driver logs.
 
-Exactly-once: each row without its own ``msg_id`` gets a deterministic
-``Nats-Msg-Id`` (:class:`~pyspark_jetstream.sink.encoder.MsgIds`): derived from
-the row's source position when it carries one, else from its task and position.
-A retried task or a replayed micro-batch therefore publishes the same ids, and
-the server drops the copies that arrive within the stream's duplicate window.
+Exactly-once: each row without its own ``msg_id`` gets a
+deterministic ``Nats-Msg-Id`` (:class:`~pyspark_jetstream.sink.encoder.MsgIds`):
+derived from the row's source position and content when it carries a position
+(``<run>:<stream>.<seq>:<digest>``), else from its task and position. A retried
+task or a replayed micro-batch therefore publishes the same ids, and the server
+drops the copies that arrive within the stream's duplicate window. Rows no
+content tells apart, in different tasks, share an id: the server keeps one, and
+the commit log line counts the others among the duplicates (never silently).
 """
 
 from __future__ import annotations
@@ -280,9 +283,12 @@ def log_totals(messages: Iterable[Any], batch_id: int | None = None) -> dict[str
                 totals[key] += getattr(m, key)
     where = f"batch {batch_id}" if batch_id is not None else "write"
     log.info(
-        "JetStream sink %s committed: %d published, %d duplicates dropped by the server, %d dead-lettered, "
+        "JetStream sink %s committed: %d published, %d duplicates dropped by the server%s, %d dead-lettered, "
         "%d expired before publishing%s",
-        where, totals["published"], totals["duplicates"], totals["dead_lettered"], totals["expired"],
+        where, totals["published"], totals["duplicates"],
+        # Besides retried tasks and replays, rows no generated id tells apart (MsgIds) land here.
+        " (copies from a retried task or a replay, or rows sharing a Nats-Msg-Id)" if totals["duplicates"] else "",
+        totals["dead_lettered"], totals["expired"],
         f", {totals['markers_skipped']} delete markers skipped" if totals["markers_skipped"] else "",
     )
     return totals
