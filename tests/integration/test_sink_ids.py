@@ -3,13 +3,14 @@ the read and the write, and a replayed micro-batch gives every row its id again.
 
 Rows that carry the source's ``stream``/``seq`` get content ids: the same source message made
 into several rows (a union with another subject, two servers' streams named alike) must not
-collide.
+collide; an empty ``msg_id`` (column or header) is no id, so the generated one stands.
 """
 
 from __future__ import annotations
 
 import os
 
+import pytest
 from pyspark.sql import functions as F
 
 from pyspark_jetstream.server import EmbeddedNatsServer
@@ -103,3 +104,25 @@ def test_a_replayed_union_stores_nothing_twice(spark, nats_server, nats_client, 
     assert _stored(nats_client, target) == sorted((f"{target}.{side}", f"m{i}".encode()) for side in "ab"
                                                   for i in range(20))
 
+
+@pytest.mark.parametrize("where", ["column", "header"])
+def test_an_empty_msg_id_is_no_id_and_a_replay_stores_once(spark, nats_server, nats_client, stream_name, tmp_path,
+                                                            where):
+    """Issue #23: an empty Nats-Msg-Id header used to send no id at all, so the replay stored every row
+    again; it now takes the generated id, as a null does. (An empty msg_id column already fell through to
+    the generated id; kept here so that it stays so.)"""
+    source, target = stream_name + "S", stream_name + "T"
+    nats_client.add_stream(source, [f"{source}.>"])
+    nats_client.add_stream(target, [f"{target}.>"])
+    publish(nats_client, f"{source}.in", 20)
+
+    def build(reader):
+        df = reader.option("stream", source).load().select(F.lit(f"{target}.x").alias("subject"), "data")
+        if where == "column":
+            return df.withColumn("msg_id", F.lit(""))
+        return df.withColumn("headers", F.create_map(F.lit("Nats-Msg-Id"), F.lit("")))
+
+    _replayed(spark, nats_server, tmp_path / "chk", build)
+    stored = nats_client.messages(target)
+    assert sorted(m.data for m in stored) == sorted(f"m{i}".encode() for i in range(20))
+    assert all(m.headers["Nats-Msg-Id"][0] for m in stored)  # the generated id

@@ -681,7 +681,7 @@ class BatchEncoder:
         msg_ids = list(generated)
         kept = []
         for i in live:
-            msg_id = own[i] or header_ids.get(i)
+            msg_id = own[i] or header_ids.get(i) or None  # an empty id is no id: the generated one stands
             if msg_id is not None:
                 if "\r" in msg_id or "\n" in msg_id:
                     out.rejected.append(RowRejection(first + i, rows.subjects[i], "msg_id contains CR or LF",

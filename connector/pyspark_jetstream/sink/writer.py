@@ -6,7 +6,7 @@ to the executors. A task turns its Arrow batches into frames (:mod:`.encoder`),
 publishes them through a :class:`~pyspark_jetstream.sink.publisher.Publisher` and
 returns a :class:`SinkCommitMessage` with its counts, which the driver logs.
 
-Exactly-once: each row without its own ``msg_id`` gets a
+Exactly-once: each row without its own ``msg_id`` (null or empty) gets a
 deterministic ``Nats-Msg-Id`` (:class:`~pyspark_jetstream.sink.encoder.MsgIds`):
 derived from the row's source position and content when it carries a position
 (``<run>:<stream>.<seq>:<digest>``), else from its task and position. A retried
