@@ -165,3 +165,38 @@ def test_a_kafka_style_key_column_on_a_stream_write_says_what_to_do():
                                        StructField("data", StringType())]), has_default_subject=False)
     assert "Kafka" not in str(info.value)
 
+
+# ---- create after a delete or purge, as nats-py's kv.create (issue #23)
+
+CREATE = b"NATS/1.0\r\nNats-Expected-Last-Subject-Sequence: 0\r\nNats-Msg-Id: q:1:0:5\r\n\r\n"
+
+
+@pytest.mark.parametrize(("block", "expected"), [
+    (CREATE, True),
+    (b"NATS/1.0\r\nNats-Expected-Last-Subject-Sequence: 3\r\n\r\n", False),  # an update
+    (b"NATS/1.0\r\nNats-Expected-Last-Subject-Sequence: 0\r\n\r\n", True),
+    (b"NATS/1.0\r\nNats-Expected-Last-Subject-Sequence: 00\r\n\r\n", False),
+    (b"NATS/1.0\r\nNats-Expected-Last-Subject-Sequence: 10\r\n\r\n", False),
+    (b"NATS/1.0\r\nKV-Operation: DEL\r\nNats-Expected-Last-Subject-Sequence: 0\r\n\r\n", False),  # not a put
+    (b"NATS/1.0\r\nNats-Msg-Id: x\r\n\r\n", False),
+])
+def test_a_create_is_a_put_expecting_no_last_sequence(block, expected):
+    assert kv.is_create(block) is expected
+
+
+@pytest.mark.parametrize(("block", "revision"), [
+    (b"NATS/1.0\r\nKV-Operation: DEL\r\n\r\n", 7),
+    (b"NATS/1.0\r\nKV-Operation: PURGE\r\nNats-Rollup: sub\r\n\r\n", 7),
+    (b"NATS/1.0\r\nKV-Operation:  PURGE \r\nNats-TTL: 60\r\n\r\n", 7),
+    (b"NATS/1.0\r\nNats-Msg-Id: x\r\n\r\n", None),  # a live value
+    (b"", None),
+    (b"NATS/1.0\r\nKV-Operation: PUT\r\n\r\n", None),
+])
+def test_only_a_del_or_purge_tombstone_lets_a_create_through(block, revision):
+    assert kv.tombstone_revision(7, block) == revision
+
+
+def test_the_create_put_again_expects_the_tombstones_revision_and_keeps_the_rest():
+    again = kv.recreate_block(CREATE, 42)
+    assert again == b"NATS/1.0\r\nNats-Expected-Last-Subject-Sequence: 42\r\nNats-Msg-Id: q:1:0:5\r\n\r\n"
+    assert parse_headers(again)["Nats-Expected-Last-Subject-Sequence"] == ["42"]

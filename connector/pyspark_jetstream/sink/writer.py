@@ -18,6 +18,7 @@ the commit log line counts the others among the duplicates (never silently).
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -28,11 +29,12 @@ from pyspark.sql.datasource import (
     WriterCommitMessage,
 )
 
-from ..client import runtime
+from ..client import jsapi, runtime
 from ..errors import PublishError
 from ..logs import get_logger
 from ..options import SinkOptions
 from ..protocol import headers as hdrs
+from ..protocol import kv
 from ..protocol.frames import hpub_frame
 from ..protocol.headers import (
     DLQ_ERR_CODE,
@@ -172,6 +174,7 @@ class WriteTask:
         self.encoder = BatchEncoder(plan.layout, plan.encoder, self.msg_ids)
         self.position = 0  # of the next row in this task
         self.expired = self.markers_skipped = 0
+        self.recreated: set[int] = set()  # positions of KV creates put again after a tombstone (once each)
 
         async def open_publisher() -> Publisher:
             nc = await runtime.connection(opts.connection)
@@ -220,20 +223,25 @@ class WriteTask:
         ]
         runtime.run(pub.publish(frames, dead_letter=True))
 
-    def settle(self) -> None:
-        """Turn the publishes the server refused since the last call into dead letters (or a failure)."""
+    def settle(self) -> bool:
+        """Turn the publishes the server refused since the last call into dead letters (or a failure);
+        a KV ``create`` refused because the key's last entry is a tombstone is put again first
+        (:meth:`recreate`). Whether anything was published meanwhile (that :meth:`finish` drains)."""
         async def take() -> list:
             taken, self.pub.failures = self.pub.failures, []
             return taken
 
         failures = runtime.run(take())
         if not failures:
-            return
+            return False
         dead = [f for f in failures if f.dead_letter]
         if dead:
             f = dead[0]
             raise PublishError(subject=self.opts.dead_letter_subject, position=f.position, partition=self.partition,
                                reason=f"the dead-letter publish was rejected: {f.description}", err_code=f.err_code)
+        failures = self.recreate(failures)
+        if not failures:
+            return True
         rejections, originals = [], {}
         for f in failures:
             sent = OutFrame._make(f.sent)
@@ -245,12 +253,44 @@ class WriteTask:
                                            payload=sent.payload, ttl=sent.ttl, value=sent.ttl, msg_id=sent.msg_id))
             originals[f.position] = sent.header_block
         self.divert(rejections, originals)
+        return True
+
+    def recreate(self, failures: list) -> list:
+        """nats-py's ``kv.create``: a create (``expected_revision`` 0) refused with 10071 is put again,
+        once, expecting the key's last revision when that is a DEL or PURGE tombstone (a deleted or
+        purged key may be created again). Returns the failures that stand."""
+        bucket = self.opts.bucket
+        candidates = [] if bucket is None else [
+            f for f in failures if f.err_code == kv.ERR_WRONG_LAST_SEQUENCE and f.position not in self.recreated
+            and kv.is_create(OutFrame._make(f.sent).header_block)]
+        if not candidates:
+            return failures
+        stream, prefix = kv.stream_name(bucket), self.opts.api_prefix
+
+        async def last_entries() -> list:
+            nc = await runtime.connection(self.opts.connection)
+            return await asyncio.gather(*(jsapi.last_message_of_subject(nc, stream, f.sent[2], prefix)
+                                          for f in candidates))
+
+        frames, retried = [], set()
+        for f, last in zip(candidates, runtime.run(last_entries()), strict=True):
+            revision = None if last is None else kv.tombstone_revision(*last)
+            if revision is None:
+                continue  # a live key (or none at all): the refusal stands, as for nats-py
+            sent = OutFrame._make(f.sent)
+            block = kv.recreate_block(sent.header_block, revision)
+            frame = hpub_frame(sent.subject, f"{self.pub.reply_prefix}{f.position}", block, sent.payload)
+            frames.append(sent._replace(frame=frame, header_len=len(block)))
+            retried.add(f.position)
+        self.recreated |= retried
+        if frames:
+            runtime.run(self.pub.publish([tuple(frame) for frame in frames]))
+        return [f for f in failures if f.position not in retried]
 
     def finish(self) -> SinkCommitMessage:
         runtime.run(self.pub.drain())
-        self.settle()
-        runtime.run(self.pub.drain())  # dead letters sent while settling
-        self.settle()
+        while self.settle():  # creates put again, dead letters: drained and settled in turn
+            runtime.run(self.pub.drain())
         pub = self.pub
         return SinkCommitMessage(partition=self.partition, published=pub.stored, duplicates=pub.duplicates,
                                  dead_lettered=pub.dead_lettered, expired=self.expired,
