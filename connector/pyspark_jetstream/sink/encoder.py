@@ -11,7 +11,8 @@ Header precedence per row (each is validated like the column it stands for):
 * TTL: ``expires_at`` (with ``preserveExpiry``) > ``ttl`` column > a ``Nats-TTL``
   entry in ``headers`` > option ``defaultTtl``. A zero TTL means no header.
 * Msg id: ``msg_id`` column > a ``Nats-Msg-Id`` entry in ``headers`` > the
-  deterministic id (option ``idempotent``), see :class:`MsgIds`.
+  deterministic id (option ``idempotent``), see :class:`MsgIds`. An empty id is
+  no id (it falls through, as a null does).
 
 **Rows as read.** A DataFrame that carries the source's ``stream`` and ``seq``
 columns holds rows as this connector read them, and its ``headers`` are what the
