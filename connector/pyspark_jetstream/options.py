@@ -305,8 +305,9 @@ SINK_OPTIONS: tuple[OptionSpec, ...] = (
                "when missing; `update`: also enable AllowMsgTTL / set SubjectDeleteMarkerTTL on an existing stream.",
                parse_choice("validate", "create", "update")),
     OptionSpec("idempotent", "true", "Expected 'true' or 'false'.",
-               "Give rows without `msg_id` a deterministic `Nats-Msg-Id` (query id, batch id, partition, row) "
-               "so that retries and restarts are de-duplicated by the server.", parse_bool),
+               "Give rows without `msg_id` a deterministic `Nats-Msg-Id` (the run, and the source message and "
+               "content, or the partition and row: see Guarantees) so that retries and restarts are de-duplicated "
+               "by the server.", parse_bool),
     OptionSpec("writeId", None, "Expected letters, digits, '-', '_' or '=' (at most 200).",
                "Batch writes: a stable id of this write (e.g. the scheduler's run id). A retried `save()` with the "
                "same id gives every row the id it had and stores nothing twice, however late it runs (see "

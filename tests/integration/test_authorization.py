@@ -14,6 +14,8 @@ authorization {
     { user: admin, password: adminpw }
     { user: writer, password: writerpw,
       permissions: { publish: { allow: ["orders.>", "$JS.API.>"] }, subscribe: { allow: ["_INBOX.>"] } } }
+    { user: cased, password: casedpw,
+      permissions: { publish: { allow: ["orders.>", "deadletters.>", "$JS.API.>"] }, subscribe: { allow: ["_INBOX.>"] } } }
     { user: reader, password: readerpw,
       permissions: {
         publish: { allow: ["$JS.API.STREAM.INFO.ORDERS", "$JS.API.CONSUMER.*.ORDERS.>", "$JS.API.CONSUMER.MSG.NEXT.ORDERS.>",
@@ -42,7 +44,7 @@ def test_publish_outside_the_allowed_subjects_fails_clearly(spark, secured):
         (df.write.format("jetstream").mode("append").option("servers", server.url).option("user", "writer")
          .option("password", "writerpw").option("ackTimeout", "120s").save())
     text = str(info.value)
-    assert "subject 'payments.x'" in text and 'permissions violation for publish to "payments.x" (status 403)' in text
+    assert "subject 'payments.x'" in text and 'Permissions Violation for Publish to "payments.x" (status 403)' in text
     assert "writerpw" not in text
     assert admin.stream_state("PAYMENTS")["messages"] == 0
     # The refused row fails alone: the server stores the allowed rows before and after it.
@@ -61,3 +63,25 @@ def test_reading_a_forbidden_stream_fails_clearly(spark, secured):
                                         r'for publish to "\$JS.API.STREAM.INFO.PAYMENTS"'):
         (spark.read.format("jetstream").option("servers", server.url).option("user", "reader")
          .option("password", "readerpw").option("stream", "PAYMENTS").load().count())
+
+
+def test_a_violation_for_a_subject_in_other_case_refuses_only_that_row(spark, secured):
+    """Issue #23: subjects are case-sensitive. The refusal of 'Orders.x' (not allowed) names only that row:
+    the 'orders.x' rows in flight beside it are stored, and only one dead letter is written."""
+    server, admin = secured
+    admin.add_stream("CASED", ["Orders.>"])
+    admin.add_stream("DEADLETTERS", ["deadletters.>"])
+    before = admin.stream_state("ORDERS")["messages"]
+    rows = [("orders.x", str(i)) for i in range(100)]
+    rows.insert(50, ("Orders.x", "refused"))
+    df = spark.createDataFrame(rows, "subject string, data string").coalesce(1)
+    (df.write.format("jetstream").mode("append").option("servers", server.url).option("user", "cased")
+     .option("password", "casedpw").option("deadLetterSubject", "deadletters.x").save())
+    assert admin.stream_state("ORDERS")["messages"] == before + 100
+    assert admin.stream_state("CASED")["messages"] == 0
+    letters = admin.messages("DEADLETTERS")
+    assert [(m.data, m.headers["Spark-JetStream-Original-Subject"]) for m in letters] == [(b"refused", ["Orders.x"])]
+    [letter] = letters
+    assert letter.data == b"refused"
+    assert letter.headers["Spark-JetStream-Original-Subject"] == ["Orders.x"]
+    assert letter.headers["Spark-JetStream-Error"] == ['Permissions Violation for Publish to "Orders.x" (status 403)']

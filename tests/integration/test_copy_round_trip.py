@@ -9,6 +9,7 @@ copy is compared with its original, field by field.
 from __future__ import annotations
 
 import datetime as dt
+import re
 
 from pyspark.sql import functions as F
 
@@ -64,7 +65,8 @@ def _compare(nats_client, originals, target, sink_src, py_src, preserve, before)
         assert c.subject == f"{target}.{original.subject}"
         assert _user_headers(c.headers) == _user_headers(original.headers)
         assert c.headers["Nats-Expected-Stream"] == [target]
-        assert c.headers["Nats-Msg-Id"][0].endswith(f":{source_stream}.{original.seq}")
+        # <run>:<stream>.<seq>:<digest of the row's content> (MsgIds)
+        assert re.search(rf":{source_stream}\.{original.seq}:[0-9a-f]{{16}}$", c.headers["Nats-Msg-Id"][0])
         if "Nats-TTL" not in original.headers:
             assert "Nats-TTL" not in c.headers
         elif not preserve:

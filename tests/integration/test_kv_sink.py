@@ -266,3 +266,54 @@ def test_a_bucket_with_a_short_duplicate_window_warns_at_start(spark, nats_serve
     assert any("de-duplicates message ids for 30s only" in m for m in warned), warned
     kv_write(spark, nats_server, f"{stream_name}L", [("k", "v", None, None)], ensureBucket="create")
     assert not [m for m in worker_log(spark, "pyspark_jetstream.stream_admin") if f"{stream_name}L " in m]
+
+
+def _create_history(client, bucket: str) -> list[tuple]:
+    """The bucket's messages as (key, seq, data, expected last subject sequence): what a create sent."""
+    return [(m.subject.removeprefix(f"$KV.{bucket}."), m.seq, m.data,
+             m.headers.get("Nats-Expected-Last-Subject-Sequence"), m.headers.get("KV-Operation"))
+            for m in client.messages(f"KV_{bucket}")]
+
+
+@pytest.mark.parametrize("dead_letters", [False, True], ids=["fail", "dead-letter"])
+def test_a_create_after_a_delete_or_purge_succeeds_as_nats_py_kv_create_does(spark, nats_server, nats_client,
+                                                                            stream_name, dead_letters):
+    """Issue #23: expected_revision 0 is nats-py's kv.create. Refused with 10071 on a key whose last entry
+    is a DEL or PURGE tombstone, it is put again expecting the tombstone's revision, as nats-py does; on a
+    live key the refusal stands. nats-py's kv.create on a twin bucket is the judge, message by message."""
+    import nats.js.errors
+
+    ours, judge = stream_name, stream_name + "J"
+    for bucket in (ours, judge):
+        kv = nats_client.run(nats_client.js.create_key_value(bucket=bucket, history=5))
+        for key in ("deleted", "purged", "live"):
+            nats_client.run(kv.put(key, b"v0"))
+        nats_client.run(kv.delete("deleted"))
+        nats_client.run(kv.purge("purged"))
+    judge_kv = kv_of(nats_client, judge)
+    nats_client.run(judge_kv.create("deleted", b"new"))
+    nats_client.run(judge_kv.create("purged", b"new"))
+    with pytest.raises(nats.js.errors.KeyWrongLastSequenceError) as refused:
+        nats_client.run(judge_kv.create("live", b"new"))
+    assert "wrong last sequence" in str(refused.value)  # err_code 10071; nats-py keeps only the text
+
+    schema = "key string, data string, expected_revision long"
+    rows = [("deleted", "new", 0), ("purged", "new", 0)]
+    if dead_letters:
+        nats_client.add_stream(f"{stream_name}DLQ", [f"{stream_name}.dlq"])
+        kv_write(spark, nats_server, ours, rows + [("live", "new", 0)], schema, deadLetterSubject=f"{stream_name}.dlq")
+        [dead] = nats_client.messages(f"{stream_name}DLQ")
+        assert dead.data == b"new" and dead.headers["Spark-JetStream-Err-Code"] == ["10071"]
+        assert dead.headers["Spark-JetStream-Original-Subject"] == [f"$KV.{ours}.live"]
+    else:
+        kv_write(spark, nats_server, ours, rows, schema)
+        with pytest.raises(PySparkException) as info:
+            kv_write(spark, nats_server, ours, [("live", "new", 0)], schema)
+        text = str(info.value)
+        assert "PublishError" in text and f"$KV.{ours}.live" in text and "10071" in text, text[:3000]
+    assert _create_history(nats_client, ours) == _create_history(nats_client, judge)
+    ours_kv = kv_of(nats_client, ours)
+    for key in ("deleted", "purged", "live"):
+        assert history(nats_client, ours_kv, key) == history(nats_client, judge_kv, key), key
+    assert latest(nats_client, ours_kv, "deleted") == latest(nats_client, ours_kv, "purged") == b"new"
+    assert latest(nats_client, ours_kv, "live") == b"v0"

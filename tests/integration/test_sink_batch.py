@@ -474,3 +474,43 @@ def test_a_batch_larger_than_half_the_window_is_published_in_slices_with_every_r
     assert sorted(int(m.data) for m in stored) == list(range(5000))
     assert sorted(int(m.headers["Nats-Msg-Id"][0].rsplit(":", 1)[1]) for m in stored) == list(range(5000))
     assert all(m.headers["Nats-Msg-Id"][0].rsplit(":", 1)[1] == m.data.decode() for m in stored)
+
+
+@pytest.mark.parametrize("dead_letters", [False, True], ids=["no-dlq", "dlq"])
+def test_streams_named_error_and_duplicate_store_every_row_once(spark, nats_server, nats_client, stream_name,
+                                                               dead_letters):
+    """Issue #23: a PubAck names its stream, so acks from streams named 'error' and 'duplicate' hold those
+    words in quotes. Each row is stored once, nothing is dead-lettered, and the counts are right; a
+    replay of the same task (same ids) counts every row as a duplicate."""
+    import pyarrow as pa
+
+    from pyspark_jetstream.sink.setup import plan_sink
+    from pyspark_jetstream.sink.writer import write_partition
+
+    names = ("error", "duplicate")
+    for name in names:  # the names are fixed, so a stream left by an earlier run is removed first
+        nats_client.api(f"STREAM.DELETE.{name}")
+        nats_client.add_stream(name, [f"{stream_name}.{name}.>"])
+    dlq = stream_name + "DLQ"
+    nats_client.add_stream(dlq, [f"{stream_name}dlq"])
+    options = {"servers": nats_server.url}
+    if dead_letters:
+        options["deadLetterSubject"] = f"{stream_name}dlq"
+    try:
+        rows = [(f"{stream_name}.{names[i % 2]}.s{i}", f"d{i}") for i in range(20)]
+        df = spark.createDataFrame(rows[:10], "subject string, data string")
+        write(df, nats_server, **options)  # through Spark
+        plan = plan_sink(options, df.schema, overwrite=False, streaming=False)
+        batch = pa.RecordBatch.from_pylist([{"subject": s, "data": d} for s, d in rows[10:]],
+                                           schema=pa.schema([("subject", pa.string()), ("data", pa.string())]))
+        first = write_partition(plan, [batch])
+        replay = write_partition(plan, [batch])  # the same run and task: the same ids
+        assert (first.published, first.duplicates, first.dead_lettered) == (10, 0, 0)
+        assert (replay.published, replay.duplicates, replay.dead_lettered) == (0, 10, 0)
+        for k, name in enumerate(names):
+            stored = [(m.subject, m.data) for m in nats_client.messages(name)]
+            assert sorted(stored) == sorted((s, d.encode()) for s, d in rows[k::2])
+        assert nats_client.stream_state(dlq)["messages"] == 0
+    finally:
+        for name in names:
+            nats_client.api(f"STREAM.DELETE.{name}")

@@ -2,6 +2,7 @@
 ``KeyValue`` sends it), row refusals naming the key, and what ``ensureBucket`` creates or refuses."""
 
 import datetime as dt
+import re
 
 import pyarrow as pa
 import pytest
@@ -82,7 +83,7 @@ def test_rows_read_from_a_bucket_write_back_as_key_operations():
     assert [f[0] for f in frames] == ["$KV.B.a", "$KV.B.a", "$KV.B.b"]
     headers = [parse_headers(f[1]) for f in frames]
     assert [h.get("Nats-TTL") for h in headers] == [["90"], None, ["10"]]
-    assert [h["Nats-Msg-Id"] for h in headers] == [["run:KV_SRC.1"], ["run:KV_SRC.2"], ["run:KV_SRC.3"]]
+    assert [re.fullmatch(r"run:KV_SRC\.(\d):[0-9a-f]{16}", h["Nats-Msg-Id"][0])[1] for h in headers] == ["1", "2", "3"]
 
 
 def test_the_layout_of_a_kv_write():
@@ -171,3 +172,39 @@ def test_a_kafka_style_key_column_on_a_stream_write_says_what_to_do():
         layout_from_schema(StructType([StructField("key", StringType()), StructField("operation", StringType()),
                                        StructField("data", StringType())]), has_default_subject=False)
     assert "Kafka" not in str(info.value)
+
+
+# ---- create after a delete or purge, as nats-py's kv.create (issue #23)
+
+CREATE = b"NATS/1.0\r\nNats-Expected-Last-Subject-Sequence: 0\r\nNats-Msg-Id: q:1:0:5\r\n\r\n"
+
+
+@pytest.mark.parametrize(("block", "expected"), [
+    (CREATE, True),
+    (b"NATS/1.0\r\nNats-Expected-Last-Subject-Sequence: 3\r\n\r\n", False),  # an update
+    (b"NATS/1.0\r\nNats-Expected-Last-Subject-Sequence: 0\r\n\r\n", True),
+    (b"NATS/1.0\r\nNats-Expected-Last-Subject-Sequence: 00\r\n\r\n", False),
+    (b"NATS/1.0\r\nNats-Expected-Last-Subject-Sequence: 10\r\n\r\n", False),
+    (b"NATS/1.0\r\nKV-Operation: DEL\r\nNats-Expected-Last-Subject-Sequence: 0\r\n\r\n", False),  # not a put
+    (b"NATS/1.0\r\nNats-Msg-Id: x\r\n\r\n", False),
+])
+def test_a_create_is_a_put_expecting_no_last_sequence(block, expected):
+    assert kv.is_create(block) is expected
+
+
+@pytest.mark.parametrize(("block", "revision"), [
+    (b"NATS/1.0\r\nKV-Operation: DEL\r\n\r\n", 7),
+    (b"NATS/1.0\r\nKV-Operation: PURGE\r\nNats-Rollup: sub\r\n\r\n", 7),
+    (b"NATS/1.0\r\nKV-Operation:  PURGE \r\nNats-TTL: 60\r\n\r\n", 7),
+    (b"NATS/1.0\r\nNats-Msg-Id: x\r\n\r\n", None),  # a live value
+    (b"", None),
+    (b"NATS/1.0\r\nKV-Operation: PUT\r\n\r\n", None),
+])
+def test_only_a_del_or_purge_tombstone_lets_a_create_through(block, revision):
+    assert kv.tombstone_revision(7, block) == revision
+
+
+def test_the_create_put_again_expects_the_tombstones_revision_and_keeps_the_rest():
+    again = kv.recreate_block(CREATE, 42)
+    assert again == b"NATS/1.0\r\nNats-Expected-Last-Subject-Sequence: 42\r\nNats-Msg-Id: q:1:0:5\r\n\r\n"
+    assert parse_headers(again)["Nats-Expected-Last-Subject-Sequence"] == ["42"]

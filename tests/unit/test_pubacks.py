@@ -66,3 +66,79 @@ def test_a_run_of_pubacks_settles_as_one_frame_at_a_time_does(seed):
         run._on_ack_frames(frames)
         assert state(run) == state(one)
     assert run.stored + run.duplicates + run.dead_lettered + len(run.failures) > 0
+
+
+# ---- decided on parsed keys (issue #23): stream and domain names are free text in a PubAck
+
+PLAIN_ACKS = [  # what nats-server sends for a stored message, for awkward stream / domain names
+    b'{"stream":"error", "seq":1}',
+    b'{"stream":"duplicate", "seq":2}',
+    b'{"stream":"S", "domain":"error", "seq":3}',
+    b'{"stream":"S", "domain":"duplicate", "seq":4}',
+    json.dumps({"stream": 'a"error"b', "seq": 5}).encode(),
+    json.dumps({"stream": '"duplicate": true', "seq": 6}).encode(),
+    b'{"stream":"ORDERS", "seq":7}',
+]
+DUPLICATE_ACKS = [
+    b'{"stream":"error", "seq":1,"duplicate": true}',
+    b'{"stream":"duplicate", "seq":1,"duplicate": true}',
+    b'{"stream":"S", "domain":"error", "seq":1,"duplicate": true}',
+    json.dumps({"stream": "S", "seq": 1, "duplicate": True}).encode(),
+]
+ERROR_ACKS = [
+    (b'{"error":{"code":400,"err_code":10071,"description":"wrong last sequence: 3"}}', 400, 10071,
+     "wrong last sequence: 3"),
+    (b'{"error":{"code":503,"err_code":10077,"description":"duplicate stream name"}}', 503, 10077,
+     "duplicate stream name"),
+    (b'{"error":{"code":400,"description":"stream \\"duplicate\\" is sealed"}}', 400, None,
+     'stream "duplicate" is sealed'),
+    (b'{"stream":"x"}', 0, None, "not a PubAck: b'{\"stream\":\"x\"}'"),
+    (b'not json', 0, None, "not a PubAck: b'not json'"),
+    (b'{"stream":"S","seq":1,"duplicate":false,"error":{"code":500,"err_code":1,"description":"e"}}', 500, 1, "e"),
+]
+
+
+@pytest.mark.parametrize("data", PLAIN_ACKS)
+def test_an_ack_of_a_stored_message_is_stored_whatever_the_names_in_it(data):
+    from pyspark_jetstream.protocol.puback import STORED, PubAck, parse_puback
+
+    assert parse_puback(data) == PubAck(STORED)
+
+
+@pytest.mark.parametrize("data", DUPLICATE_ACKS)
+def test_a_duplicate_is_decided_on_the_duplicate_key(data):
+    from pyspark_jetstream.protocol.puback import DUPLICATE, PubAck, may_be_plain, parse_puback
+
+    assert parse_puback(data) == PubAck(DUPLICATE)
+    assert not may_be_plain(data)  # the pre-check never vouches for a duplicate
+
+
+@pytest.mark.parametrize(("data", "code", "err_code", "description"), ERROR_ACKS)
+def test_an_error_is_decided_on_the_error_object(data, code, err_code, description):
+    from pyspark_jetstream.protocol.puback import ERROR, PubAck, may_be_plain, parse_puback
+
+    assert parse_puback(data) == PubAck(ERROR, code, err_code, description)
+    if b'"error"' in data:
+        assert not may_be_plain(data)
+
+
+@pytest.mark.parametrize("fast", [True, False], ids=["run", "one-at-a-time"])
+def test_a_publisher_settles_acks_of_streams_named_error_or_duplicate_as_stored(fast):
+    acks = PLAIN_ACKS + DUPLICATE_ACKS + [e[0] for e in ERROR_ACKS[:3]] + [b'{"stream":"error", "seq":9}']
+    dead = [b'{"stream":"duplicate", "seq":10}', b'{"stream":"error", "seq":11}',
+            b'{"error":{"code":400,"err_code":10060,"description":"expected stream does not match"}}']
+    pub = publisher(64)
+    tokens = [str(i) for i in range(len(acks))] + [f"{DEAD_LETTER_TAG}{i}" for i in range(len(dead))]
+    for token in tokens:
+        pub._inflight[token] = (int(token.lstrip(DEAD_LETTER_TAG)), b"frame", "S.x", None, None, 0, 0)
+    frames = [((PREFIX + t).encode(), b"", data, None) for t, data in zip(tokens, acks + dead, strict=True)]
+    if fast:
+        pub._on_ack_frames(frames)
+    else:
+        for subject, _reply, data, headers in frames:
+            pub._on_ack(subject[len(PREFIX):].decode(), data, headers)
+    assert (pub.stored, pub.duplicates, pub.dead_lettered) == (len(PLAIN_ACKS) + 1, len(DUPLICATE_ACKS), 2)
+    assert [(f.position, f.code, f.err_code, f.dead_letter) for f in pub.failures] == [
+        (len(PLAIN_ACKS) + len(DUPLICATE_ACKS) + k, c, e, False) for k, (_, c, e, _d) in enumerate(ERROR_ACKS[:3])
+    ] + [(2, 400, 10060, True)]
+    assert pub._inflight == {} and pub._done.is_set()

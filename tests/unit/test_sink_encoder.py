@@ -1,6 +1,7 @@
 """Row -> HPUB frame encoding: precedence, validation, msg ids, sizes."""
 
 import datetime as dt
+import re
 
 import pyarrow as pa
 import pytest
@@ -195,10 +196,53 @@ def _ids(out):
     return [decode(frame)[1]["Nats-Msg-Id"][0] for _, frame, *_ in out.frames]
 
 
+CONTENT_ID = re.compile(r"(?P<run>.+):(?P<stream>[^.:]+)\.(?P<seq>\d+):(?P<digest>[0-9a-f]{16})(?:\.(?P<k>\d+))?")
+
+
+def _content(msg_id: str) -> tuple:
+    m = CONTENT_ID.fullmatch(msg_id)
+    assert m, msg_id
+    return m["run"], m["stream"], int(m["seq"]), m["digest"], int(m["k"] or 0)
+
+
 def test_rows_with_a_source_position_get_content_addressed_ids():
     rows = [{"subject": "a", "data": b"x", "stream": "SRC", "seq": s} for s in (7, 8, 8, 8, 9)]
-    out = encode(rows, SOURCE_LAYOUT, ids=MsgIds("q:3", 0), types=SOURCE_TYPES)
-    assert _ids(out) == ["q:3:SRC.7", "q:3:SRC.8", "q:3:SRC.8.1", "q:3:SRC.8.2", "q:3:SRC.9"]
+    ids = [_content(i) for i in _ids(encode(rows, SOURCE_LAYOUT, ids=MsgIds("q:3", 0), types=SOURCE_TYPES))]
+    assert [(run, stream, seq, k) for run, stream, seq, _, k in ids] == [
+        ("q:3", "SRC", 7, 0), ("q:3", "SRC", 8, 0), ("q:3", "SRC", 8, 1), ("q:3", "SRC", 8, 2), ("q:3", "SRC", 9, 0)]
+    assert ids[1][3] == ids[2][3] == ids[3][3]  # identical rows: one digest, told apart by their count
+
+
+def test_rows_of_one_message_that_differ_get_different_ids_in_any_task():
+    """Issue #23: a union (a. and b. subjects), a join fan-out (other data, other headers), two servers'
+    streams of one name (other timestamps): each row's id depends on what it publishes, not on where
+    it lands, so rows split over tasks never collide and a replay gives each its id again."""
+    types = SOURCE_TYPES + [("headers", pa.map_(pa.string(), pa.string())), ("timestamp", pa.timestamp("us", tz="UTC"))]
+    layout = InputLayout(subject="subject", headers="headers", source_stream="stream", source_seq="seq",
+                         source_timestamp="timestamp")
+    t0 = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
+
+    def row(subject="a.x", data=b"x", headers=None, ts=t0):
+        return {"subject": subject, "data": data, "stream": "ORDERS", "seq": 1, "headers": headers, "timestamp": ts}
+
+    variants = [row(), row(subject="b.x"), row(data=b"y"), row(headers=[("X-Region", "eu")]),
+                row(headers=[("X-Region", "us")]), row(headers=[("X-Region", "eu"), ("X-B", "")]),
+                row(ts=t0 + dt.timedelta(microseconds=1)), row(data=b""), row(subject="a.x\x00", data=b"x")]
+    one_task = _ids(encode(variants, layout, ids=MsgIds("q:3", 0), types=types))
+    each_alone = [_ids(encode([v], layout, ids=MsgIds("q:3", p), types=types))[0] for p, v in enumerate(variants)]
+    assert one_task == each_alone  # where a row lands does not change its id
+    assert len(set(each_alone)) == len(variants)  # and no two distinct rows share one
+    assert all(_content(i)[4] == 0 for i in one_task)
+    # Identical rows in one task, far apart, are counted; in two tasks they share an id (the log shows them).
+    spread = [row(), row(subject="b.x"), row(), row(data=b"y"), row()]
+    ids = [_content(i) for i in _ids(encode(spread, layout, ids=MsgIds("q:3", 0), types=types))]
+    assert [k for *_, k in ids] == [0, 0, 1, 0, 2] and ids[0][3] == ids[2][3] == ids[4][3]
+    # ... also when the repeat comes in a later batch (slice) of the task, alone.
+    task = MsgIds("q:3", 0)
+    earlier = _ids(encode([row(), row(subject="b.x")], layout, ids=task, types=types))
+    later = _ids(encode([row(data=b"z"), row(subject="b.x")], layout, ids=task, types=types))
+    assert [_content(i)[4] for i in earlier + later] == [0, 0, 0, 1]
+    assert later[1] == earlier[1] + ".1"
 
 
 def test_content_ids_do_not_depend_on_the_split_or_on_missing_rows():
@@ -216,7 +260,8 @@ def test_content_ids_do_not_depend_on_the_split_or_on_missing_rows():
 def test_rows_without_a_full_source_position_get_positional_ids():
     rows = [{"subject": "a", "data": b"x", "stream": None, "seq": 5}, {"subject": "a", "data": b"x", "stream": "S",
                                                                        "seq": 6}]
-    assert _ids(encode(rows, SOURCE_LAYOUT, ids=MsgIds("w1", 4), types=SOURCE_TYPES)) == ["w1:4:100", "w1:S.6"]
+    positional, content = _ids(encode(rows, SOURCE_LAYOUT, ids=MsgIds("w1", 4), types=SOURCE_TYPES))
+    assert positional == "w1:4:100" and _content(content)[:3] == ("w1", "S", 6)
 
 
 def test_layout_takes_the_source_position_only_with_the_right_types():
@@ -244,7 +289,8 @@ def test_rows_as_read_leave_out_every_nats_header_and_keep_the_users():
     out = encode([row], READ_LAYOUT, ids=MsgIds("q:1", 0), types=READ_TYPES)
     assert not out.rejected
     headers = decode(out.frames[0][1])[1]
-    assert headers == {"Nats-Msg-Id": ["q:1:SRC.7"], "Nats-TTL": ["1h"], "X-Tag": ["a", "b"], "KV-Operation": ["DEL"]}
+    assert _content(headers.pop("Nats-Msg-Id")[0])[:3] == ("q:1", "SRC", 7)
+    assert headers == {"Nats-TTL": ["1h"], "X-Tag": ["a", "b"], "KV-Operation": ["DEL"]}
 
 
 def test_rows_as_read_keep_a_rollup_only_with_allow_rollup():

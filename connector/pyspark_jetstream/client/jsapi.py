@@ -153,6 +153,18 @@ async def first_seq_at_or_after(nc, stream: str, when, prefix: str = API_PREFIX)
     return int(reply["message"]["seq"])
 
 
+async def last_message_of_subject(nc, stream: str, subject: str, prefix: str = API_PREFIX) -> tuple[int, bytes] | None:
+    """(seq, header block) of the last message on ``subject`` (``last_by_subj``), or None."""
+    try:
+        reply = await request(nc, f"STREAM.MSG.GET.{stream}", {"last_by_subj": subject}, prefix=prefix)
+    except JetStreamApiError as exc:
+        if exc.err_code == ERR_NO_MESSAGE_FOUND:
+            return None
+        raise
+    m = reply["message"]
+    return int(m["seq"]), base64.b64decode(m.get("hdrs") or "")
+
+
 class StoredMessage(NamedTuple):
     seq: int
     size: int  # subject + header block + payload, as the server counts a message (without the ack subject)

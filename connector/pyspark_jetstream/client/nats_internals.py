@@ -32,6 +32,7 @@ from __future__ import annotations
 import asyncio
 import re
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
 from nats.protocol import parser as _wire
@@ -61,6 +62,7 @@ _MSG = _unanchored(_wire.MSG_RE)
 _HMSG = _unanchored(_wire.HMSG_RE)
 _LINES = tuple(_unanchored(p) for p in (_wire.OK_RE, _wire.ERR_RE, _wire.PING_RE, _wire.PONG_RE, _wire.INFO_RE))
 """The other operations, in the order nats-py's parser tries them (after MSG and HMSG)."""
+_ERR = _LINES[1]
 
 
 LARGE_FRAME = 256 * 1024
@@ -91,10 +93,13 @@ class FastFrames:
     its next pull once per socket read instead of once per message.
     """
 
-    __slots__ = ("parser", "handlers", "runs", "original_parse", "original_reset", "carry", "generation", "large")
+    __slots__ = ("parser", "handlers", "runs", "original_parse", "original_reset", "carry", "generation", "large",
+                 "on_err_line")
 
-    def __init__(self, parser: Any, handlers: dict[int, RawHandler], runs: dict[int, RunHandler]) -> None:
+    def __init__(self, parser: Any, handlers: dict[int, RawHandler], runs: dict[int, RunHandler],
+                 on_err_line: Callable[[str], None] | None = None) -> None:
         self.parser = parser
+        self.on_err_line = on_err_line  # takes each -ERR text as the server wrote it (nats-py lower-cases it)
         self.handlers = handlers
         self.runs = runs
         self.original_parse = parser.parse
@@ -165,6 +170,8 @@ class FastFrames:
                     for line in _LINES:
                         m = line.match(buf, pos)
                         if m is not None:
+                            if line is _ERR and self.on_err_line is not None and m.group(1):
+                                self.on_err_line(m.group(1).decode(errors="replace").strip("'"))
                             return pos, m.end()
                     if b"\r\n" in buf[pos:]:  # nats-py raises, or waits with a long buffer
                         return pos, -1
@@ -241,7 +248,7 @@ def _install(nc: Any) -> dict[int, RawHandler]:
 
     nc._process_msg = dispatch  # frames nats-py's parser still parses (after a line FastFrames leaves to it)
     runs: dict[int, RunHandler] = {}
-    FastFrames(nc._ps, handlers, runs)
+    FastFrames(nc._ps, handlers, runs, lambda text: events_of(nc).note_err_line(text))
     setattr(nc, _RUNS_ATTR, runs)
     setattr(nc, _HANDLERS_ATTR, handlers)
     return handlers
@@ -270,6 +277,23 @@ async def raw_unsubscribe(nc: Any, sub: Any) -> None:
         await sub.unsubscribe()
 
 
+@dataclass(frozen=True)
+class PermissionViolation:
+    """A server's ``Permissions Violation`` -ERR. ``exact``: ``text`` is as the server wrote it
+    (taken from the wire by :class:`FastFrames`); else it is nats-py's lower-cased copy, the
+    only one left when nats-py's own parser read the line."""
+
+    text: str
+    exact: bool
+
+    def names(self, subject: str) -> bool:
+        """Whether the violation is about ``subject``. Subjects are case-sensitive: one for
+        ``"Orders.x"`` is not one for ``"orders.x"``; only a lower-cased text is matched without case."""
+        if self.exact:
+            return f'"{subject}"' in self.text
+        return f'"{subject.lower()}"' in self.text
+
+
 class ConnectionEvents:
     """Fan-out of a connection's events to the readers and publishers using it.
 
@@ -280,27 +304,39 @@ class ConnectionEvents:
 
     def __init__(self) -> None:
         self.listeners: set[Any] = set()
-        self.permission_errors: list[str] = []
+        self.permission_errors: list[PermissionViolation] = []
+        self._err_lines: list[str] = []  # -ERR texts as the server wrote them, not yet matched
         self.client: Any = None  # the connection, once it is up (for the cause of a close)
         self.closed_reported = False
         self.close_watcher: asyncio.Task | None = None
+
+    def note_err_line(self, text: str) -> None:
+        """An -ERR text as it came off the wire, before nats-py lower-cases it (:class:`FastFrames`)."""
+        self._err_lines = self._err_lines[-99:] + [text]
+
+    def _as_written(self, lowered: str) -> PermissionViolation:
+        for k in range(len(self._err_lines) - 1, -1, -1):
+            if self._err_lines[k].lower() == lowered:
+                return PermissionViolation(self._err_lines.pop(k), exact=True)
+        return PermissionViolation(lowered, exact=False)
 
     def on_error(self, exc: BaseException) -> None:
         text = str(exc)
         if "permissions violation" not in text.lower():
             return
-        self.permission_errors = self.permission_errors[-99:] + [text.removeprefix("nats: ")]
+        violation = self._as_written(text.removeprefix("nats: "))
+        self.permission_errors = self.permission_errors[-99:] + [violation]
         for listener in list(self.listeners):
             handler = getattr(listener, "on_permission_error", None)
             if handler is not None:
-                handler(text.removeprefix("nats: "))
+                handler(violation)
 
     def permission_error_for(self, subject: str) -> str | None:
-        """The last recorded violation that names ``subject``, if any."""
-        needle = f'"{subject}"'.lower()
-        for text in reversed(self.permission_errors):
-            if needle in text.lower():
-                return text
+        """The last recorded violation that names ``subject`` (case-sensitive, see
+        :meth:`PermissionViolation.names`), if any."""
+        for violation in reversed(self.permission_errors):
+            if violation.names(subject):
+                return violation.text
         return None
 
     async def disconnected(self) -> None:
@@ -373,6 +409,7 @@ def adopt(nc: Any, events: ConnectionEvents) -> None:
     nc.options["max_reconnect_attempts"] = -1
     events.watch(nc)
     setattr(nc, _EVENTS_ATTR, events)
+    _install(nc)  # FastFrames reads every -ERR first, in the server's own case (PermissionViolation)
 
 
 async def send_raw(nc: Any, frame: bytes) -> None:

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import StreamConfigError
-from .headers import KV_OPERATION, ROLLUP
+from .headers import EXPECTED_LAST_SUBJECT_SEQUENCE, KV_OPERATION, ROLLUP, parse_headers
 from .stream_rules import StreamPlan, check_ttl_transition
 
 PUT, DEL, PURGE = "PUT", "DEL", "PURGE"
@@ -42,6 +42,32 @@ OPERATION_HEADERS = {
     PURGE: f"{KV_OPERATION}: PURGE\r\n{ROLLUP}: sub\r\n",
 }
 """The header lines each operation adds to the block (nats-py's ``KeyValue``)."""
+
+
+ERR_WRONG_LAST_SEQUENCE = 10071
+"""The server's err_code for a compare-and-set whose expected last subject sequence is stale."""
+
+_CREATE_LINE = f"\r\n{EXPECTED_LAST_SUBJECT_SEQUENCE}: 0\r\n".encode()
+
+
+def is_create(header_block: bytes) -> bool:
+    """Whether a KV write's header block is a ``create``: a PUT (no operation header) expecting
+    the key to have no last sequence (``expected_revision`` 0)."""
+    return _CREATE_LINE in header_block and KV_OPERATION.encode() not in header_block
+
+
+def tombstone_revision(seq: int, header_block: bytes) -> int | None:
+    """``seq`` when the key's last message (its header block) is a DEL or PURGE tombstone, else None.
+
+    nats-py's ``kv.create`` refused with 10071 looks the key's last entry up and, when it is
+    such a tombstone, puts again expecting that revision: a deleted key may be created again."""
+    operation = parse_headers(header_block).get(KV_OPERATION) if header_block else None
+    return seq if operation and operation[-1].strip() in (DEL, PURGE) else None
+
+
+def recreate_block(header_block: bytes, revision: int) -> bytes:
+    """A ``create``'s header block expecting the tombstone's ``revision`` instead of no sequence."""
+    return header_block.replace(_CREATE_LINE, f"\r\n{EXPECTED_LAST_SUBJECT_SEQUENCE}: {revision}\r\n".encode(), 1)
 
 
 def is_valid_key(key: str) -> bool:

@@ -11,7 +11,8 @@ Header precedence per row (each is validated like the column it stands for):
 * TTL: ``expires_at`` (with ``preserveExpiry``) > ``ttl`` column > a ``Nats-TTL``
   entry in ``headers`` > option ``defaultTtl``. A zero TTL means no header.
 * Msg id: ``msg_id`` column > a ``Nats-Msg-Id`` entry in ``headers`` > the
-  deterministic id (option ``idempotent``), see :class:`MsgIds`.
+  deterministic id (option ``idempotent``), see :class:`MsgIds`. An empty id is
+  no id (it falls through, as a null does).
 
 **Rows as read.** A DataFrame that carries the source's ``stream`` and ``seq``
 columns holds rows as this connector read them, and its ``headers`` are what the
@@ -30,6 +31,9 @@ columns are the user's own and their headers are checked as such.
 from __future__ import annotations
 
 import datetime as dt
+import functools
+import hashlib
+import operator
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -77,6 +81,7 @@ class InputLayout:
     msg_id: str | None = None
     source_stream: str | None = None  # the source's ``stream`` and ``seq`` columns, when both are there
     source_seq: str | None = None
+    source_timestamp: str | None = None  # the source's ``timestamp`` column, beside ``stream`` and ``seq``
     marker_reason: str | None = None  # the source's ``marker_reason`` column (rows set there are skipped)
     key: str | None = None  # KV writes: the key, the operation and the compare-and-set revision
     operation: str | None = None
@@ -194,6 +199,10 @@ def layout_from_schema(schema: Any, *, has_default_subject: bool, bucket: bool =
     msg_id = by_name.get("msg_id")
     if msg_id is not None and not isinstance(msg_id.dataType, StringType):
         raise bad_type("msg_id", "string")
+    # The source's timestamp tells apart two servers' (or domains') streams of one name in generated ids.
+    source_ts = by_name.get("timestamp")
+    has_ts = has_position and source_ts is not None and isinstance(source_ts.dataType, (TimestampType,
+                                                                                        TimestampNTZType))
     return InputLayout(
         subject=subject.name if subject is not None else None,
         data=data.name,
@@ -205,6 +214,7 @@ def layout_from_schema(schema: Any, *, has_default_subject: bool, bucket: bool =
         msg_id=msg_id.name if msg_id is not None else None,
         source_stream=source_stream.name if has_position else None,
         source_seq=source_seq.name if has_position else None,
+        source_timestamp=source_ts.name if has_ts else None,
         marker_reason=by_name["marker_reason"].name if "marker_reason" in by_name else None,
         **kv,
     )
@@ -221,6 +231,10 @@ class EncoderConfig:
     bucket: str | None = None  # a KV write: subjects are $KV.<bucket>.<key>, rows are key operations
 
 
+CONTENT_SEEN_MAX = 1 << 19
+"""Content digests a task remembers to count repeats (about 50 MB); past this it starts over (:class:`MsgIds`)."""
+
+
 class MsgIds:
     """The deterministic ``Nats-Msg-Id`` of each row of one task (option ``idempotent``).
 
@@ -228,12 +242,24 @@ class MsgIds:
     restart from the checkpoint) or a driver-made ``w<uuid>`` for a batch write.
 
     * Rows that carry a source position (this connector's ``stream`` and ``seq``
-      columns, as every stream-to-stream copy does) get ``<run>:<stream>.<seq>``:
-      content-addressed, so a replay gives every row the id it had, however the
-      rows are split into tasks or whichever messages expired in between. When one
-      source message yields several rows in a row (``explode``), the second and
-      later get ``.<k>`` appended (k = 1, 2, ...): they must stay adjacent, as narrow
-      transformations leave them.
+      columns, as every stream-to-stream copy does) get
+      ``<run>:<stream>.<seq>:<digest>``, content-addressed: ``digest`` is 16 hex
+      digits of a BLAKE2b hash (stable across processes, unlike ``hash()``) of
+      what the row publishes and of its source message: the subject (a KV write's
+      key, operation and expected revision), the data, the ``headers``, ``ttl``
+      and ``expires_at`` columns when present, and the source's ``timestamp``
+      when present (two servers' or domains' streams of one name hold different
+      messages at the same ``seq``; their timestamps differ). So a replay gives
+      every row the id it had, however the rows are split into tasks or whichever
+      messages expired in between, and rows made from one message by any plan
+      (a union, a join that fans it out into rows in different tasks, an
+      ``explode``) get distinct ids as long as they differ in any of these.
+    * Rows identical in all of that (``df.union(df)``) are told apart only inside
+      one task, by an occurrence count: the second and later get ``.<k>``
+      appended (k = 1, 2, ...), wherever they are in the task (the task counts
+      up to :data:`CONTENT_SEEN_MAX` ids, then starts over). Identical rows in
+      different tasks share an id: the server stores one, and the others show in
+      the commit log line's "duplicates dropped by the server" count.
     * Other rows get ``<run>:<partition>:<position>``: stable as long as a replay
       gives the task the same rows in the same order (Spark's own sources and this
       connector's source, whose split is recorded with each offset, do).
@@ -245,19 +271,51 @@ class MsgIds:
         self.run = run
         self.partition = partition
         self._positional = f"{run}:{partition}:"
-        self._last: tuple[str, int] | None = None
-        self._repeat = 0
+        self._seen: set[str] = set()  # the digests of (stream, seq, content) given out in this task
+        self._repeats: dict[str, int] = {}
 
     def positional(self, position: int) -> str:
         return f"{self._positional}{position}"
 
-    def content(self, stream: str, seq: int) -> str:
-        key = (stream, seq)
-        if key == self._last:
-            self._repeat += 1
-            return f"{self.run}:{stream}.{seq}.{self._repeat}"
-        self._last, self._repeat = key, 0
-        return f"{self.run}:{stream}.{seq}"
+    def content_prefix(self) -> str:
+        """What every content id of this task starts with; ``<stream>.<seq>:`` follows."""
+        return f"{self.run}:"
+
+    def contents(self, prefixes: list[str | None], keys: list[bytes]) -> list[str | None]:
+        """The content ids of rows whose ``<run>:<stream>.<seq>:`` is ``prefixes`` (None: no full
+        position, left None for a positional id) and whose hashed bytes are ``keys`` (the
+        encoder's, which begin with the stream and seq). Without repeats (the usual case) this is
+        done by C loops (map, set); a batch with a repeat or a missing position takes a Python loop."""
+        digests = list(map(_HEX, map(_DIGEST, keys)))
+        seen = self._seen
+        fresh = set(digests)
+        if len(fresh) == len(digests) and seen.isdisjoint(fresh) and None not in prefixes:
+            if len(seen) + len(fresh) > CONTENT_SEEN_MAX:
+                seen.clear()
+                self._repeats.clear()
+            seen.update(fresh)
+            return list(map(operator.add, prefixes, digests))
+        repeats = self._repeats
+        out: list[str | None] = []
+        for prefix, digest in zip(prefixes, digests, strict=True):
+            if prefix is None:
+                out.append(None)
+            elif digest in seen:
+                k = repeats.get(digest, 0) + 1
+                repeats[digest] = k
+                out.append(f"{prefix}{digest}.{k}")
+            else:
+                if len(seen) >= CONTENT_SEEN_MAX:
+                    seen.clear()
+                    repeats.clear()
+                seen.add(digest)
+                out.append(prefix + digest)
+        return out
+
+
+_DIGEST = functools.partial(hashlib.blake2b, digest_size=8)
+"""A content id's hash: BLAKE2b, 8 bytes (16 hex digits); stable across processes, unlike ``hash()``."""
+_HEX = operator.methodcaller("hexdigest")
 
 
 @dataclass(frozen=True)
@@ -409,21 +467,67 @@ class BatchEncoder:
 
     def _generated_ids(self, rows: _Columns, live: list[int], first: int) -> list[str | None]:
         """The deterministic id of every row in play (option ``idempotent``), in row order: a content
-        id keeps its repeat count across adjacent rows, so it is made before any row is refused."""
+        id counts repeats across the task's rows, so it is made before any row is refused."""
         ids = self.msg_ids
         generated: list[str | None] = [None] * rows.n
         if ids is None:
             return generated
-        if self.layout.source_stream is not None:
-            streams, seqs = rows.column(self.layout.source_stream), rows.column(self.layout.source_seq)
+        lay = self.layout
+        positional = ids.positional
+        if lay.source_stream is None:
             for i in live:
-                stream, seq = streams[i], seqs[i]
-                generated[i] = ids.content(stream, seq) if stream is not None and seq is not None \
-                    else ids.positional(first + i)
+                generated[i] = positional(first + i)
+            return generated
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        stream, seq = rows.arrow(lay.source_stream), rows.arrow(lay.source_seq).cast(pa.string())
+        prefixes = pc.binary_join_element_wise(ids.content_prefix(), stream, ".", seq, ":", "").to_pylist()
+        keys = self._content_keys(rows, stream, seq)  # (a null position gives no content id: never read)
+        if len(live) == rows.n:
+            made = ids.contents(prefixes, keys)
+            if None not in made:
+                return made
         else:
-            for i in live:
-                generated[i] = ids.positional(first + i)
+            made = ids.contents([prefixes[i] for i in live], [keys[i] for i in live])
+        for i, msg_id in zip(live, made, strict=True):
+            generated[i] = msg_id if msg_id is not None else positional(first + i)
         return generated
+
+    def _content_keys(self, rows: _Columns, stream: Any, seq: Any) -> list[bytes]:
+        """Per row, the bytes a content id hashes (:class:`MsgIds`), joined column-wise by Arrow: the
+        source position, then every published column the input has (the layout fixes which, for
+        every row of the query; the headers as their entries joined), text ones after their length,
+        the data last."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        lay, binary = self.layout, pa.binary()
+        parts = [stream.cast(binary), seq.cast(binary)]
+        for name in (lay.source_timestamp, lay.expires_at, lay.expected_revision):  # numbers
+            if name is not None:
+                column = rows.arrow(name)
+                if pa.types.is_timestamp(column.type):
+                    column = column.cast(pa.int64())
+                parts.append(column.cast(pa.string()).cast(binary))
+        texts = [rows.arrow(name).cast(pa.string()) for name in (lay.subject, lay.key, lay.operation, lay.ttl)
+                 if name is not None]
+        if lay.headers is not None:
+            entries = rows.arrow(lay.headers)  # map<string, string | array<string>>, as entries
+            offsets = entries.offsets  # a slice's map keeps the whole batch's entries: take its own
+            low = offsets[0].as_py()
+            count = offsets[len(offsets) - 1].as_py() - low
+            keys, values = entries.keys.slice(low, count), entries.items.slice(low, count)
+            if lay.headers_multi:
+                values = pc.binary_join(values, "\x03")
+            entry = pc.binary_join_element_wise(keys, values, "\x01", null_handling="replace", null_replacement="")
+            per_row = pa.ListArray.from_arrays(pc.subtract(offsets, pa.scalar(low, offsets.type)), entry)
+            texts.append(pc.binary_join(per_row, "\x02"))
+        for text in texts:
+            parts += [pc.utf8_length(text).cast(pa.string()).cast(binary), text.cast(binary)]
+        parts.append(rows.arrow(lay.data).cast(binary))
+        return pc.binary_join_element_wise(*parts, pa.scalar(b"\0", binary), null_handling="replace",
+                                           null_replacement="").to_pylist()
 
     def _subjects(self, rows: _Columns, live: list[int], first: int, generated: list[str | None],
                   out: EncodedBatch) -> list[int]:
@@ -593,7 +697,7 @@ class BatchEncoder:
         msg_ids = list(generated)
         kept = []
         for i in live:
-            msg_id = own[i] or header_ids.get(i)
+            msg_id = own[i] or header_ids.get(i) or None  # an empty id is no id: the generated one stands
             if msg_id is not None:
                 if "\r" in msg_id or "\n" in msg_id:
                     out.rejected.append(RowRejection(first + i, rows.subjects[i], "msg_id contains CR or LF",

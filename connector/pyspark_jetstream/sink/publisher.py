@@ -33,13 +33,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import time
 from dataclasses import dataclass
 
 from ..client.nats_internals import raw_subscribe, raw_unsubscribe
 from ..errors import AckTimeoutError, JetStreamConnectorError
 from ..protocol.headers import parse_status
+from ..protocol.puback import DUPLICATE, ERROR, may_be_plain, parse_puback
 
 RETRY_503_INTERVAL = 0.25
 """Seconds between resends of frames answered by 503 in a cluster (nats.go's publish retry wait)."""
@@ -130,8 +130,8 @@ class Publisher:
         try:
             for subject, _reply, data, headers in frames:
                 token = subject[cut:].decode()
-                if (data and b'"error"' not in data and b'"duplicate"' not in data
-                        and not token.startswith(DEAD_LETTER_TAG)):
+                # A cheap pre-check: an ack it cannot vouch for (a stream named 'error') is parsed.
+                if data and may_be_plain(data) and not token.startswith(DEAD_LETTER_TAG):
                     if inflight.pop(token, None) is not None:
                         if first_503:
                             first_503.pop(token, None)
@@ -171,16 +171,16 @@ class Publisher:
             if status == 503 and self._retry_503:
                 description = f"no stream leader answered for {self._ack_timeout:g}s (no responders)"
             self._fail(token, sent, status, None, description, dead_letter)
-        elif b'"error"' in data:
-            error = json.loads(data).get("error") or {}
-            self._fail(token, sent, int(error.get("code", 0)), error.get("err_code"), error.get("description", ""),
-                       dead_letter)
-        elif dead_letter:
-            self.dead_lettered += 1
-        elif b'"duplicate"' in data:  # the server writes '"duplicate": true' (with a space)
-            self.duplicates += 1
         else:
-            self.stored += 1
+            ack = parse_puback(data)  # decided on its keys: stream and domain names are free text
+            if ack.outcome == ERROR:
+                self._fail(token, sent, ack.code, ack.err_code, ack.description, dead_letter)
+            elif dead_letter:
+                self.dead_lettered += 1
+            elif ack.outcome == DUPLICATE:
+                self.duplicates += 1
+            else:
+                self.stored += 1
         inflight = len(self._inflight)
         if inflight <= self.low_water:
             self._room.set()
@@ -233,14 +233,15 @@ class Publisher:
             f"{self._closed}. The task fails so that Spark retries it on a new connection."
         )
 
-    def on_permission_error(self, text: str) -> None:
-        """The server refused a publish (async -ERR, no PubAck will come): fail the frames it names."""
-        lowered = text.lower()
-        inbox_refused = f'"{self.reply_prefix}*"'.lower() in lowered  # no PubAck could ever arrive
+    def on_permission_error(self, violation) -> None:
+        """The server refused a publish (async -ERR, no PubAck will come): fail the frames it names
+        (a :class:`~pyspark_jetstream.client.nats_internals.PermissionViolation`: subjects are
+        case-sensitive, ``Orders.x`` is not ``orders.x``)."""
+        inbox_refused = violation.names(f"{self.reply_prefix}*")  # no PubAck could ever arrive
         for token, sent in list(self._inflight.items()):
-            if inbox_refused or f'"{sent[2]}"'.lower() in lowered:
+            if inbox_refused or violation.names(sent[2]):
                 del self._inflight[token]
-                self._fail(token, sent, 403, None, text, token.startswith(DEAD_LETTER_TAG))
+                self._fail(token, sent, 403, None, violation.text, token.startswith(DEAD_LETTER_TAG))
         self._last_progress = time.monotonic()
         if len(self._inflight) <= self.low_water:
             self._room.set()

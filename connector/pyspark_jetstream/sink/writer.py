@@ -6,15 +6,19 @@ to the executors. A task turns its Arrow batches into frames (:mod:`.encoder`),
 publishes them through a :class:`~pyspark_jetstream.sink.publisher.Publisher` and
 returns a :class:`SinkCommitMessage` with its counts, which the driver logs.
 
-Exactly-once: each row without its own ``msg_id`` gets a deterministic
-``Nats-Msg-Id`` (:class:`~pyspark_jetstream.sink.encoder.MsgIds`): derived from
-the row's source position when it carries one, else from its task and position.
-A retried task or a replayed micro-batch therefore publishes the same ids, and
-the server drops the copies that arrive within the stream's duplicate window.
+Exactly-once: each row without its own ``msg_id`` (null or empty) gets a
+deterministic ``Nats-Msg-Id`` (:class:`~pyspark_jetstream.sink.encoder.MsgIds`):
+derived from the row's source position and content when it carries a position
+(``<run>:<stream>.<seq>:<digest>``), else from its task and position. A retried
+task or a replayed micro-batch therefore publishes the same ids, and the server
+drops the copies that arrive within the stream's duplicate window. Rows no
+content tells apart, in different tasks, share an id: the server keeps one, and
+the commit log line counts the others among the duplicates (never silently).
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -30,6 +34,7 @@ from ..errors import PublishError
 from ..logs import get_logger
 from ..options import SinkOptions
 from ..protocol import headers as hdrs
+from ..protocol import kv
 from ..protocol.frames import hpub_frame
 from ..protocol.headers import (
     DLQ_ERR_CODE,
@@ -210,6 +215,7 @@ class WriteTask:
         self.encoder = BatchEncoder(plan.layout, plan.encoder, self.msg_ids)
         self.position = 0  # of the next row in this task
         self.expired = self.markers_skipped = self.already_stored = 0
+        self.recreated: set[int] = set()  # positions of KV creates put again after a tombstone (once each)
         self._streams_near: dict[str, list[tuple[str, list[str]]] | None] = {}  # see _where_subjects_go
         self.already = self._replayed()
 
@@ -289,20 +295,25 @@ class WriteTask:
         ]
         runtime.run(pub.publish(frames, dead_letter=True))
 
-    def settle(self) -> None:
-        """Turn the publishes the server refused since the last call into dead letters (or a failure)."""
+    def settle(self) -> bool:
+        """Turn the publishes the server refused since the last call into dead letters (or a failure);
+        a KV ``create`` refused because the key's last entry is a tombstone is put again first
+        (:meth:`recreate`). Whether anything was published meanwhile (that :meth:`finish` drains)."""
         async def take() -> list:
             taken, self.pub.failures = self.pub.failures, []
             return taken
 
         failures = runtime.run(take())
         if not failures:
-            return
+            return False
         dead = [f for f in failures if f.dead_letter]
         if dead:
             f = dead[0]
             raise PublishError(subject=self.opts.dead_letter_subject, position=f.position, partition=self.partition,
                                reason=f"the dead-letter publish was rejected: {f.description}", err_code=f.err_code)
+        failures = self.recreate(failures)
+        if not failures:
+            return True
         rejections, originals = [], {}
         for f in failures:
             sent = OutFrame._make(f.sent)
@@ -316,6 +327,39 @@ class WriteTask:
                                            payload=sent.payload, ttl=sent.ttl, value=sent.ttl, msg_id=sent.msg_id))
             originals[f.position] = sent.header_block
         self.divert(rejections, originals)
+        return True
+
+    def recreate(self, failures: list) -> list:
+        """nats-py's ``kv.create``: a create (``expected_revision`` 0) refused with 10071 is put again,
+        once, expecting the key's last revision when that is a DEL or PURGE tombstone (a deleted or
+        purged key may be created again). Returns the failures that stand."""
+        bucket = self.opts.bucket
+        candidates = [] if bucket is None else [
+            f for f in failures if f.err_code == kv.ERR_WRONG_LAST_SEQUENCE and f.position not in self.recreated
+            and kv.is_create(OutFrame._make(f.sent).header_block)]
+        if not candidates:
+            return failures
+        stream, prefix = kv.stream_name(bucket), self.opts.api_prefix
+
+        async def last_entries() -> list:
+            nc = await runtime.connection(self.opts.connection)
+            return await asyncio.gather(*(jsapi.last_message_of_subject(nc, stream, f.sent[2], prefix)
+                                          for f in candidates))
+
+        frames, retried = [], set()
+        for f, last in zip(candidates, runtime.run(last_entries()), strict=True):
+            revision = None if last is None else kv.tombstone_revision(*last)
+            if revision is None:
+                continue  # a live key (or none at all): the refusal stands, as for nats-py
+            sent = OutFrame._make(f.sent)
+            block = kv.recreate_block(sent.header_block, revision)
+            frame = hpub_frame(sent.subject, f"{self.pub.reply_prefix}{f.position}", block, sent.payload)
+            frames.append(sent._replace(frame=frame, header_len=len(block)))
+            retried.add(f.position)
+        self.recreated |= retried
+        if frames:
+            runtime.run(self.pub.publish([tuple(frame) for frame in frames]))
+        return [f for f in failures if f.position not in retried]
 
     def _where_subjects_go(self, subject: str) -> str:
         """For a row no stream took (503): the subjects of option 'stream', or else the streams that
@@ -347,9 +391,8 @@ class WriteTask:
 
     def finish(self) -> SinkCommitMessage:
         runtime.run(self.pub.drain())
-        self.settle()
-        runtime.run(self.pub.drain())  # dead letters sent while settling
-        self.settle()
+        while self.settle():  # creates put again, dead letters: drained and settled in turn
+            runtime.run(self.pub.drain())
         pub = self.pub
         return SinkCommitMessage(partition=self.partition, published=pub.stored, duplicates=pub.duplicates,
                                  dead_lettered=pub.dead_lettered, expired=self.expired,
@@ -392,9 +435,12 @@ def log_totals(messages: Iterable[Any], batch_id: int | None = None, target: str
     where = f"batch {batch_id}" if batch_id is not None else "write"
     whose = ", ".join(part for part in (query, f"to {target}" if target else None) if part)
     log.info(
-        "JetStream sink %s committed: %d published, %d duplicates dropped by the server, %d dead-lettered, "
+        "JetStream sink %s committed: %d published, %d duplicates dropped by the server%s, %d dead-lettered, "
         "%d expired before publishing%s%s",
-        where, totals["published"], totals["duplicates"], totals["dead_lettered"], totals["expired"],
+        where, totals["published"], totals["duplicates"],
+        # Besides retried tasks and replays, rows no generated id tells apart (MsgIds) land here.
+        " (copies from a retried task or a replay, or rows sharing a Nats-Msg-Id)" if totals["duplicates"] else "",
+        totals["dead_lettered"], totals["expired"],
         (f", {totals['markers_skipped']} delete markers skipped" if totals["markers_skipped"] else "")
         + (f", {totals['already_stored']} stored by an earlier attempt (not published again)"
            if totals["already_stored"] else ""),
