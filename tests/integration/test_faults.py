@@ -80,7 +80,8 @@ def test_head_of_a_range_purged_before_its_partition_starts(spark, nats_server, 
     nats_client.add_stream(stream_name, [f"{stream_name}.>"])
     asyncio.run(fill_stream(nats_server.url, f"{stream_name}.x", 300))
     df = (spark.read.format("jetstream").option("servers", nats_server.url).option("stream", stream_name)
-          .option("numPartitions", "3").option("failOnDataLoss", str(fail).lower()).load())
+          .option("numPartitions", "3").option("split", "sequence").option("failOnDataLoss", str(fail).lower())
+          .load())
     read = HeldRead(df, tmp_path, tasks=2)
     assert nats_client.api(f"STREAM.PURGE.{stream_name}", {"seq": 250})["purged"] == 249
     read.let_go()
