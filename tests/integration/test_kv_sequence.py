@@ -180,3 +180,37 @@ def test_rows_without_a_sequence_value_are_refused_naming_the_key(spark, nats_se
     df = spark.createDataFrame([("a", "v", 1), ("b", "v", None)], "key string, data string, n long").coalesce(1)
     with pytest.raises(PySparkException, match=r"row 1 of partition 0.*no value in column 'n'"):
         jetstream_writer(df, nats_server.url, bucket=bucket, sequenceBy="n", ensureBucket="create").save()
+
+
+def test_a_streaming_query_keeps_each_keys_newest_window_across_micro_batches(spark, nats_server, nats_client,
+                                                                               stream_name, tmp_path):
+    """Append mode, one input file per micro-batch, each with windows older and newer than the bucket holds,
+    spread over three tasks: after every micro-batch each key holds its newest window so far."""
+    import json
+
+    bucket = stream_name
+    source = tmp_path / "in"
+    source.mkdir()
+    batches = [
+        [(k, w) for w in (3, 7, 5) for k in range(10)],  # newest (7) in the middle
+        [(k, w) for w in (1, 2) for k in range(10)] + [(0, 9)],  # late windows; k0 moves on
+        [(k, 6) for k in range(10)] + [(1, 8), (1, 4)],
+    ]
+    for n, rows in enumerate(batches):
+        (source / f"{n}.json").write_text("\n".join(json.dumps({"k": f"k{k}", "w": w}) for k, w in rows))
+    events = spark.readStream.schema("k string, w long").option("maxFilesPerTrigger", 1).json(str(source))
+    rows = events.repartition(3).select(F.col("k").alias("key"), F.concat(F.lit("w"), F.col("w")).alias("data"),
+                                        F.timestamp_seconds(F.col("w") * 60).alias("w"))
+    query = (rows.writeStream.format("jetstream").outputMode("append").option("servers", nats_server.url)
+             .option("bucket", bucket).option("ensureBucket", "create").option("sequenceBy", "w")
+             .option("bucket.history", "10").option("checkpointLocation", str(tmp_path / "chk")).trigger(availableNow=True).start())
+    assert query.awaitTermination(180)
+    assert query.exception() is None
+    assert len([p for p in query.recentProgress if p["numInputRows"]]) == 3
+    kv = kv_of(nats_client, bucket)
+    expected = {f"k{k}": b"w7" for k in range(10)} | {"k0": b"w9", "k1": b"w8"}
+    assert {f"k{k}": latest(nats_client, kv, f"k{k}") for k in range(10)} == expected
+    # Nothing older was ever stored over something newer: each key's history only goes forward.
+    for k in range(10):
+        stored = [int(v[1:]) for _, v in history(nats_client, kv, f"k{k}")]
+        assert stored == sorted(set(stored)) and stored[-1] == int(expected[f"k{k}"][1:]), (k, stored)
