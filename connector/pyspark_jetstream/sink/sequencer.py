@@ -206,6 +206,8 @@ class Reduction:
 
     @property
     def full(self) -> bool:
+        if self.keys + self._pending_rows <= self.max_keys and self.retained_rows <= self.max_rows:
+            return False  # not even before reducing what is pending
         self._reduce()
         return self.keys > self.max_keys or self.retained_rows > self.max_rows
 
