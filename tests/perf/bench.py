@@ -293,7 +293,8 @@ def connector_batch_write(spark, url: str, stream: str, rows: int, size: int, pa
     return elapsed
 
 
-def bucket_write(spark, url: str, bucket: str, rows: int, keys: int, partitions: int, sequence: bool) -> float:
+def bucket_write(spark, url: str, bucket: str, rows: int, keys: int, partitions: int, sequence: bool,
+                 fmt: str = "jetstream") -> float:
     """The time of a batch write of ``rows`` 100-byte rows over ``keys`` keys to an existing bucket, with
     ``sequenceBy`` (a long growing with the row, so each key's newest row is its last) or without it."""
     from pyspark.sql import functions as F
@@ -304,8 +305,8 @@ def bucket_write(spark, url: str, bucket: str, rows: int, keys: int, partitions:
         columns.append(F.col("id").alias("n"))
     df = spark.range(rows, numPartitions=partitions).select(*columns).cache()
     df.count()
-    writer = df.write.format("jetstream").mode("append").option("servers", url).option("bucket", bucket)
-    if sequence:
+    writer = df.write.format(fmt).mode("append").option("servers", url).option("bucket", bucket)
+    if sequence and fmt == "jetstream":
         writer = writer.option("sequenceBy", "n")
     start = time.perf_counter()
     writer.save()
@@ -318,9 +319,13 @@ def sequence_bench(spark, url: str, repeat: int, rows: int = 1_000_000, keys: in
     """A bucket write with ``sequenceBy`` beside the same write without it, in the same run (paths alternated,
     each into a new bucket): the option costs a reduction per task and a lookup per key, and saves the
     publishes of every row but each key's newest."""
+    from noio_sink import NoIoSink
+
     from pyspark_jetstream.protocol import kv
 
+    spark.dataSource.register(NoIoSink)
     times: dict[bool, list[float]] = {False: [], True: []}
+    spark_own = [bucket_write(spark, url, "NOIO", rows, keys, 2, True, "noio_sink") for _ in range(repeat)]
     for r in range(repeat):
         for sequence in ((False, True) if r % 2 == 0 else (True, False)):
             bucket = f"SEQ{r}{int(sequence)}"
@@ -339,8 +344,16 @@ def sequence_bench(spark, url: str, repeat: int, rows: int = 1_000_000, keys: in
             asyncio.run(delete_streams(url, kv.stream_name(bucket)))
     label = f"{rows // 1000}k rows over {keys // 1000}k keys x 100 B"
     base = f"bucket write {label}, 2 partitions"
+    own = statistics.median(spark_own)
     return [Result(base, rows, 100, statistics.median(times[False])),
-            Result(f"bucket write {label}, 2 partitions, sequenceBy", rows, 100, statistics.median(times[True]), base)]
+            Result(f"bucket write {label}, 2 partitions, sequenceBy", rows, 100, statistics.median(times[True]), base),
+            Result(f"Spark's own job (the same rows into a writer that does no I/O: {own * 1000:.0f} ms)", rows, 100,
+                   own),
+            Result(f"bucket write {label}, the connector's own time (job minus Spark's own)", rows, 100,
+                   statistics.median(times[False]) - own),
+            Result(f"bucket write {label}, sequenceBy, the connector's own time (job minus Spark's own)", rows, 100,
+                   statistics.median(times[True]) - own, f"bucket write {label}, the connector's own time (job minus "
+                   "Spark's own)")]
 
 
 def fill_with_the_sink(spark, url: str, stream: str, rows: int, size: int, rich: bool) -> None:
