@@ -372,6 +372,11 @@ KV_SINK_OPTIONS: tuple[OptionSpec, ...] = (
     OptionSpec("bucket.limitMarkerTtl", None, "Expected a duration of at least 1s, such as '15m' (ADR-43 minimum).",
                "Limit marker TTL (SubjectDeleteMarkerTTL) for `create`/`update`: when a key's last value expires the "
                "server leaves a marker that watchers see as a purge, kept this long.", parse_duration_seconds(1.0)),
+    OptionSpec("sequenceBy", None, "Expected the name of a column of type byte, short, int, long, timestamp, "
+               "timestamp_ntz, date or string.",
+               "Column that orders the rows of one key: the bucket keeps, per key, the row with the greatest value, "
+               "whichever task, micro-batch or writer publishes last; older rows are skipped and counted (see "
+               "[Keeping each key's newest row](#keeping-each-keys-newest-row-sequenceby)).", parse_text),
 )
 
 
@@ -480,6 +485,7 @@ class SinkOptions:
     write_id: str | None = None  # a batch write's stable id (option 'writeId')
     state_bucket: str | None = "SPARK_JETSTREAM_SINK"  # where replays find what was stored (None: off)
     state_ttl: float = 7 * 86400.0
+    sequence_by: str | None = None  # a KV write's ordering column (option 'sequenceBy', sink/sequencer.py)
 
 
 def api_prefix(values: Mapping[str, Any]) -> str:
@@ -552,6 +558,10 @@ def parse_sink_options(raw: Mapping[str, str]) -> SinkOptions:
             storage=values["bucket.storage"], replicas=values["bucket.replicas"],
             limit_marker_ttl=values["bucket.limitMarkerTtl"])
     else:
+        if values["sequenceBy"] is not None:
+            raise OptionError("sequenceBy", values["sequenceBy"], "It orders the rows of each key of a KV bucket: "
+                              "set 'bucket' too (a stream keeps every message; 'stream.maxMsgsPerSubject' keeps the "
+                              "last published, not the newest).")
         kv_only = [given[k] for k in given if k == "ensurebucket" or k.startswith("bucket.")]
         if kv_only:
             raise OptionError(kv_only[0], _raw_value(raw, kv_only[0]), "It applies to KV writes: set 'bucket' too.")
@@ -597,6 +607,7 @@ def parse_sink_options(raw: Mapping[str, str]) -> SinkOptions:
         bucket=values["bucket"],
         ensure_bucket=values["ensureBucket"],
         bucket_settings=bucket_settings,
+        sequence_by=values["sequenceBy"],
     )
 
 

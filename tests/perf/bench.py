@@ -2,6 +2,7 @@
 
     python tests/perf/bench.py --quick        # small sizes, a few minutes
     python tests/perf/bench.py                # the full run
+    python tests/perf/bench.py --only sequence  # only the KV write with sequenceBy vs without
 
 It starts an embedded nats-server, prepares file-storage streams and prints a
 Markdown table (rows/s, MB/s, ratio to the baseline measured beside it). Never
@@ -365,6 +366,69 @@ def copies(spark, url: str, quick: bool, repeat: int, results: list, notes: list
                  f"{on:.0f} ms per micro-batch with them, {off:.0f} ms without (sinkState=none): "
                  f"{on - off:+.0f} ms per micro-batch.")
 
+def bucket_write(spark, url: str, bucket: str, rows: int, keys: int, partitions: int, sequence: bool,
+                 fmt: str = "jetstream") -> float:
+    """The time of a batch write of ``rows`` 100-byte rows over ``keys`` keys to an existing bucket, with
+    ``sequenceBy`` (a long growing with the row, so each key's newest row is its last) or without it."""
+    from pyspark.sql import functions as F
+
+    columns = [F.concat(F.lit("k"), (F.col("id") % keys).cast("string")).alias("key"),
+               F.expr("cast(repeat('x', 100) as binary)").alias("data")]
+    if sequence:
+        columns.append(F.col("id").alias("n"))
+    df = spark.range(rows, numPartitions=partitions).select(*columns).cache()
+    df.count()
+    writer = df.write.format(fmt).mode("append").option("servers", url).option("bucket", bucket)
+    if sequence and fmt == "jetstream":
+        writer = writer.option("sequenceBy", "n")
+    start = time.perf_counter()
+    writer.save()
+    elapsed = time.perf_counter() - start
+    df.unpersist()
+    return elapsed
+
+
+def sequence_bench(spark, url: str, repeat: int, rows: int = 1_000_000, keys: int = 10_000) -> list[Result]:
+    """A bucket write with ``sequenceBy`` beside the same write without it, in the same run (paths alternated,
+    each into a new bucket): the option costs a reduction per task and a lookup per key, and saves the
+    publishes of every row but each key's newest."""
+    from noio_sink import NoIoSink
+
+    from pyspark_jetstream.protocol import kv
+
+    spark.dataSource.register(NoIoSink)
+    times: dict[bool, list[float]] = {False: [], True: []}
+    bucket_write(spark, url, "NOIO", rows, keys, 2, True, "noio_sink")  # warm: the first caches cold
+    spark_own = [bucket_write(spark, url, "NOIO", rows, keys, 2, True, "noio_sink") for _ in range(repeat)]
+    for r in range(repeat):
+        for sequence in ((False, True) if r % 2 == 0 else (True, False)):
+            bucket = f"SEQ{r}{int(sequence)}"
+
+            async def create(bucket: str = bucket) -> None:
+                import nats
+
+                nc = await nats.connect(url)
+                await api(nc, f"STREAM.CREATE.{kv.stream_name(bucket)}",
+                          kv.new_bucket_config(bucket, kv.BucketSettings()))
+                await nc.close()
+
+            asyncio.run(create())
+            collect_garbage(spark)
+            times[sequence].append(bucket_write(spark, url, bucket, rows, keys, 2, sequence))
+            asyncio.run(delete_streams(url, kv.stream_name(bucket)))
+    label = f"{rows // 1000}k rows over {keys // 1000}k keys x 100 B"
+    base = f"bucket write {label}, 2 partitions"
+    own = statistics.median(spark_own)
+    return [Result(base, rows, 100, statistics.median(times[False])),
+            Result(f"bucket write {label}, 2 partitions, sequenceBy", rows, 100, statistics.median(times[True]), base),
+            Result(f"Spark's own job (the same rows into a writer that does no I/O: {own * 1000:.0f} ms)", rows, 100,
+                   own),
+            Result(f"bucket write {label}, the connector's own time (job minus Spark's own)", rows, 100,
+                   statistics.median(times[False]) - own),
+            Result(f"bucket write {label}, sequenceBy, the connector's own time (job minus Spark's own)", rows, 100,
+                   statistics.median(times[True]) - own, f"bucket write {label}, the connector's own time (job minus "
+                   "Spark's own)")]
+
 
 def fill_with_the_sink(spark, url: str, stream: str, rows: int, size: int, rich: bool) -> None:
     """The connector's own output: every message with a generated Nats-Msg-Id and a Nats-TTL; with
@@ -572,7 +636,9 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="smaller sizes (under 3 minutes)")
     parser.add_argument("--repeat", type=int, default=3, help="runs per path; the median is kept")
     parser.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results"))
-    parser.add_argument("--only", choices=("copies",), help="run one section only (its table: bench-<section>.md)")
+    parser.add_argument("--only", choices=("copies", "sequence"),
+                        help="run one section only: 'copies' (the two splits, the replay records' cost), "
+                        "'sequence' (a KV write with sequenceBy beside the same write without it)")
     args = parser.parse_args()
     quick, repeat = args.quick, (1 if args.quick else args.repeat)
 
@@ -592,6 +658,20 @@ def main() -> int:
     from pyspark.sql import functions as F
 
     from pyspark_jetstream.server import EmbeddedNatsServer
+
+    if args.only == "sequence":
+        with EmbeddedNatsServer() as server:
+            spark = (SparkSession.builder.master("local[2]").appName("jetstream-bench")
+                     .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
+                     .getOrCreate())
+            spark.sparkContext.setLogLevel("ERROR")
+            sequence_bench(spark, server.url, 1, rows=5_000, keys=100)  # warm-up: the workers start
+            table = print_table(sequence_bench(spark, server.url, repeat, rows=100_000 if quick else 1_000_000))
+            spark.stop()
+        os.makedirs(args.out, exist_ok=True)
+        with open(os.path.join(args.out, "bench-sequence.md"), "w") as f:
+            f.write(table + "\n")
+        return 0
 
     results: list[Result] = []
     notes: list[str] = []

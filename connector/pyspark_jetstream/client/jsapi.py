@@ -211,3 +211,82 @@ async def move_bookmark(nc, stream: str, consumer: str, next_seq: int, filters: 
                       prefix=prefix)
         return
     await request(nc, f"CONSUMER.RESET.{stream}.{consumer}", {"seq": max(next_seq, 1)}, prefix=prefix)
+
+
+ERR_WRONG_LAST_SEQUENCE = 10071
+"""A publish with ``Nats-Expected-Last-Subject-Sequence`` whose subject has moved on (compare-and-set lost)."""
+
+
+class LastMessage(NamedTuple):
+    """A subject's last message as a compare-and-set needs it: its sequence (0: the subject has
+    none) and its headers (one value per name, the last, as nats-py keeps them)."""
+
+    seq: int
+    headers: dict[str, str]
+
+
+def _header(headers: dict[str, str] | None, name: str) -> str | None:
+    if not headers:
+        return None
+    lowered = name.lower()
+    return next((v for k, v in headers.items() if k.lower() == lowered), None)
+
+
+async def last_message(nc, stream: str, subject: str, *, direct: bool, prefix: str = API_PREFIX,
+                       timeout: float = 10.0) -> LastMessage:
+    """The last message of ``subject`` in ``stream``: a direct get (``DIRECT.GET.<stream>.<subject>``,
+    answered by any replica; a KV bucket allows them) or, with ``direct`` false, ``STREAM.MSG.GET``
+    ``last_by_subj`` (answered by the leader)."""
+    if not direct:
+        try:
+            reply = await request(nc, f"STREAM.MSG.GET.{stream}", {"last_by_subj": subject}, timeout, prefix)
+        except JetStreamApiError as exc:
+            if exc.err_code == ERR_NO_MESSAGE_FOUND:
+                return LastMessage(0, {})
+            raise
+        from ..protocol.headers import parse_headers
+
+        m = reply["message"]
+        block = base64.b64decode(m.get("hdrs") or "")
+        parsed = parse_headers(block) if block else {}
+        return LastMessage(int(m["seq"]), {k: v[-1] for k, v in parsed.items()})
+    import nats.errors
+
+    api = f"DIRECT.GET.{stream}.{subject}"
+    try:
+        msg = await nc.request(f"{prefix}.{api}", b"", timeout=timeout)
+    except nats.errors.NoRespondersError:
+        raise JetStreamApiError(api, 503, 0, "no responders: does the stream allow direct gets?") from None
+    except nats.errors.TimeoutError:
+        raise JetStreamApiError(api, 408, 0, f"no reply within {timeout:g}s") from None
+    headers = msg.headers or {}
+    status = _header(headers, "Status")
+    if status == "404":
+        return LastMessage(0, {})
+    if status:
+        raise JetStreamApiError(api, int(status) if status.isdigit() else 0, 0,
+                                _header(headers, "Description") or f"status {status}")
+    seq = _header(headers, "Nats-Sequence")
+    if seq is None:
+        raise JetStreamApiError(api, 0, 0, "a direct get reply without Nats-Sequence")
+    return LastMessage(int(seq), dict(headers))
+
+
+async def last_messages(nc, stream: str, subjects: list[str], *, direct: bool, prefix: str = API_PREFIX,
+                        window: int = 512, timeout: float = 10.0) -> list[LastMessage]:
+    """:func:`last_message` of each subject, at most ``window`` requests in flight (pipelined on the
+    connection); in the order of ``subjects``."""
+    out: list[LastMessage | None] = [None] * len(subjects)
+    gate = asyncio.Semaphore(window)
+
+    async def one(i: int, subject: str) -> None:
+        async with gate:
+            out[i] = await last_message(nc, stream, subject, direct=direct, prefix=prefix, timeout=timeout)
+
+    await asyncio.gather(*(one(i, s) for i, s in enumerate(subjects)))
+    return out  # type: ignore[return-value]
+
+
+def header_of(message: LastMessage, name: str) -> str | None:
+    """A header of ``message`` by name, case-insensitively."""
+    return _header(message.headers, name)

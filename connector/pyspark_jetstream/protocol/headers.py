@@ -40,6 +40,11 @@ PENDING_MESSAGES = "Nats-Pending-Messages"
 PENDING_BYTES = "Nats-Pending-Bytes"
 """ADR-37: on a pull request's terminal status, what the request still had outstanding."""
 
+SEQUENCE = "Spark-JetStream-Sequence"
+"""The connector's own: a KV value's position in the order of option ``sequenceBy``, type-tagged
+(``int:42``, ``ts:<microseconds>``, ``date:<days>``, ``str:<text>``; sink/sequencer.py), so that any
+later writer with the option can tell whether its row is newer than the stored one."""
+
 # The connector's own headers on a dead letter (option deadLetterSubject).
 DLQ_ERROR = "Spark-JetStream-Error"
 DLQ_ERR_CODE = "Spark-JetStream-Err-Code"

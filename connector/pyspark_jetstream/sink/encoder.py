@@ -357,6 +357,18 @@ class OutFrame(NamedTuple):
         return self.frame[len(self.frame) - 2 - self.payload_len:len(self.frame) - 2]
 
 
+@dataclass(frozen=True)
+class RowChoice:
+    """Which rows of a batch :meth:`BatchEncoder.encode` publishes, for a caller that picked them
+    (option ``sequenceBy``, sink/sequencer.py): ``publish`` maps a row index to header lines added to
+    its block (``"Name: value\r\n"`` each, already checked); ``refuse`` maps a row index to a refusal
+    the caller made (subject, reason, column). Every other row is left out, after the ids are
+    generated, so the ids and positions of the rows published are those of the whole batch."""
+
+    publish: dict[int, str]
+    refuse: dict[int, tuple[str | None, str, str | None]] = field(default_factory=dict)
+
+
 @dataclass
 class EncodedBatch:
     frames: list[tuple] = field(default_factory=list)  # OutFrame layout
@@ -429,7 +441,8 @@ class BatchEncoder:
                 self._valid_subjects[subject] = ok
         return ok
 
-    def encode(self, batch: Any, first_position: int, reply_prefix: str, now: dt.datetime | None = None) -> EncodedBatch:
+    def encode(self, batch: Any, first_position: int, reply_prefix: str, now: dt.datetime | None = None,
+               choice: RowChoice | None = None) -> EncodedBatch:
         """The batch's frames, refused rows (in row order) and counts.
 
         Named steps, each over the rows still in play (``live``, row indices): delete
@@ -442,15 +455,18 @@ class BatchEncoder:
         rows = _Columns(self, batch, n)
         live = self._without_markers(rows, out)
         generated = self._generated_ids(rows, live, first_position)
+        if choice is not None:
+            live = self._chosen(rows, live, first_position, generated, choice, out)
         live = self._subjects(rows, live, first_position, generated, out)
         ops, live = self._operations(rows, live, first_position, generated, out)
         pairs, header_ttls, header_ids, live = self._headers(rows, live, first_position, generated, out)
         ttl_headers, live = self._ttls(rows, live, first_position, generated, header_ttls, now, out, ops)
         msg_ids, live = self._msg_ids(rows, live, first_position, generated, header_ids, out)
-        if ops is None and not pairs and self.columnar:
+        if ops is None and not pairs and self.columnar and choice is None:
             self._common_frames(rows, live, first_position, reply_prefix, ttl_headers, msg_ids, out)
         else:
-            self._frames(rows, live, first_position, reply_prefix, pairs, ttl_headers, msg_ids, out, ops)
+            self._frames(rows, live, first_position, reply_prefix, pairs, ttl_headers, msg_ids, out, ops,
+                         choice.publish if choice is not None else None)
         if len(out.rejected) > 1:
             out.rejected.sort(key=lambda r: r.position)
         return out
@@ -528,6 +544,17 @@ class BatchEncoder:
         parts.append(rows.arrow(lay.data).cast(binary))
         return pc.binary_join_element_wise(*parts, pa.scalar(b"\0", binary), null_handling="replace",
                                            null_replacement="").to_pylist()
+
+    @staticmethod
+    def _chosen(rows: _Columns, live: list[int], first: int, generated: list[str | None], choice: RowChoice,
+                out: EncodedBatch) -> list[int]:
+        """The rows the caller chose (:class:`RowChoice`); its refusals reported as the encoder's own."""
+        for i in live:
+            if i in choice.refuse:
+                subject, reason, column = choice.refuse[i]
+                out.rejected.append(RowRejection(first + i, subject, reason, column, None, payload=rows.payload(i),
+                                                 msg_id=generated[i]))
+        return [i for i in live if i in choice.publish]
 
     def _subjects(self, rows: _Columns, live: list[int], first: int, generated: list[str | None],
                   out: EncodedBatch) -> list[int]:
@@ -710,9 +737,10 @@ class BatchEncoder:
 
     def _frames(self, rows: _Columns, live: list[int], first: int, reply_prefix: str,
                 pairs: dict[int, list[tuple[str, str]]], ttl_headers: list[Any], msg_ids: list[str | None],
-                out: EncodedBatch, ops: list[Any] | None = None) -> None:
+                out: EncodedBatch, ops: list[Any] | None = None, extra: dict[int, str] | None = None) -> None:
         """The header block and the ``HPUB`` frame of each row left, within the server's max_payload.
-        A KV DEL or PURGE is an empty message with its operation's headers, as nats-py sends it."""
+        A KV DEL or PURGE is an empty message with its operation's headers, as nats-py sends it.
+        ``extra``: header lines a caller adds per row (:class:`RowChoice`)."""
         tail, max_payload = self._tail, self.config.max_payload
         subjects, frames = rows.subjects, out.frames
         for i in live:
@@ -726,6 +754,8 @@ class BatchEncoder:
                     head += kv.OPERATION_HEADERS[op]
                 if expected is not None:
                     head += expected
+            if extra is not None:
+                head += extra.get(i, "")
             if msg_id:
                 head += f"{MSG_ID}: {msg_id}\r\n"
             if ttl is not None:

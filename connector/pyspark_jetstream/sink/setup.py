@@ -12,7 +12,7 @@ from ..logs import get_logger
 from ..options import parse_sink_options
 from ..protocol import kv
 from ..protocol.durability import durability_risks
-from . import replay_guard, stream_admin
+from . import replay_guard, sequencer, stream_admin
 from .encoder import EncoderConfig, layout_from_schema
 from .writer import SinkPlan
 
@@ -32,12 +32,24 @@ def plan_sink(raw_options: Mapping[str, str], schema: Any, *, overwrite: bool, s
             "The JetStream sink only appends: a stream cannot be overwritten by a write. Use mode('append')."
         )
     opts = parse_sink_options(raw_options)
+    sequence_column = None
+    if opts.sequence_by is not None:
+        try:
+            sequence_column, sequence_tag, schema = sequencer.sequence_column(schema, opts.sequence_by)
+        except ValueError as exc:
+            raise OptionError("sequenceBy", opts.sequence_by, str(exc)) from None
     layout = layout_from_schema(schema, has_default_subject=opts.subject is not None, bucket=opts.bucket is not None)
+    if sequence_column is not None and layout.expected_revision is not None:
+        raise OptionError("sequenceBy", opts.sequence_by, f"It sets each key's compare-and-set revision itself; drop "
+                          f"the column '{layout.expected_revision}' (expected_revision) or the option.")
     if opts.preserve_expiry and layout.expires_at is None:
         raise OptionError("preserveExpiry", "true", "It needs an 'expires_at' timestamp column; add one or set it to false.")
     needs_ttl = layout.can_carry_ttl or opts.default_ttl is not None or opts.preserve_expiry
 
+    direct = False
+
     async def check() -> tuple[int, tuple[str, ...] | None]:
+        nonlocal direct
         nc = await runtime.connection(opts.connection)
         subjects = None
         if opts.bucket is not None:
@@ -50,6 +62,7 @@ def plan_sink(raw_options: Mapping[str, str], schema: Any, *, overwrite: bool, s
         target = kv.stream_name(opts.bucket) if opts.bucket is not None else opts.stream
         if target is not None:
             info = await jsapi.stream_info(nc, target, opts.api_prefix)
+            direct = bool(((info or {}).get("config") or {}).get("allow_direct"))
             risks = durability_risks(info) if info else []
             if risks:
                 log.warning("Stream %s may lose writes the server acknowledged: %s. Exactly-once holds only for "
@@ -89,8 +102,11 @@ def plan_sink(raw_options: Mapping[str, str], schema: Any, *, overwrite: bool, s
         run_id = f"wid-{opts.write_id}"  # a retried save() gives every row the id it had
     else:
         run_id = f"w{uuid.uuid4().hex}"
+    sequence = None
+    if sequence_column is not None:
+        sequence = sequencer.SequencePlan(column=sequence_column, tag=sequence_tag, direct=direct)
     return SinkPlan(options=opts, layout=layout, encoder=encoder, run_id=run_id, guard=guard,
-                    stream_subjects=stream_subjects)
+                    stream_subjects=stream_subjects, sequence=sequence)
 
 
 def _guard_plan(opts: Any, streaming: bool) -> replay_guard.GuardPlan | None:

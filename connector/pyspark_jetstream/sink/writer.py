@@ -47,6 +47,7 @@ from ..protocol.headers import (
 )
 from .encoder import EncoderConfig, InputLayout, MsgIds, OutFrame, RowRejection
 from .replay_guard import GuardPlan
+from .sequencer import SequencePlan
 
 log = get_logger("sink")
 
@@ -66,6 +67,7 @@ class SinkPlan:
     run_id: str | None  # fixed on the driver for batch writes; None for streaming
     guard: GuardPlan | None = None  # exactly-once past the duplicate window (replay_guard)
     stream_subjects: tuple[str, ...] | None = None  # the subjects of option 'stream', as checked at start
+    sequence: SequencePlan | None = None  # option 'sequenceBy' (sink/sequencer.py)
 
 
 @dataclass
@@ -77,6 +79,8 @@ class SinkCommitMessage(WriterCommitMessage):
     expired: int = 0
     markers_skipped: int = 0
     already_stored: int = 0  # rows an earlier attempt of this run stored (replay_guard), not published again
+    older_in_write: int = 0  # sequenceBy: rows left out for a newer row of their key in the same task
+    older_than_stored: int = 0  # sequenceBy: rows not newer than their key's stored value
     run: str | None = None  # the task's run id (``<queryId>:<batchId>`` for a micro-batch)
     query_id: str | None = None  # a streaming write's query (the task's local properties), for the driver's log
     query_name: str | None = None
@@ -218,6 +222,11 @@ class WriteTask:
         self.recreated: set[int] = set()  # positions of KV creates put again after a tombstone (once each)
         self._streams_near: dict[str, list[tuple[str, list[str]]] | None] = {}  # see _where_subjects_go
         self.already = self._replayed()
+        self.sequenced = None  # option 'sequenceBy': rows are reduced per key first (sequenced_write)
+        if plan.sequence is not None:
+            from .sequenced_write import SequencedWrite
+
+            self.sequenced = SequencedWrite(self)
 
         async def open_publisher() -> Publisher:
             nc = await runtime.connection(opts.connection)
@@ -258,7 +267,13 @@ class WriteTask:
         Encoding holds the GIL, and with it the loop thread that takes the PubAcks and refills the
         window: a whole Arrow batch (10k rows) takes longer to encode than the server needs to store
         half a window, so the server would wait for every batch. Slices of about the refill size keep
-        it fed (measured: 1 task, 200k x 100 B, 150k rows/s with 10k-row batches, 175k with 2k)."""
+        it fed (measured: 1 task, 200k x 100 B, 150k rows/s with 10k-row batches, 175k with 2k).
+
+        With ``sequenceBy`` the batch is only reduced here; :meth:`finish` publishes (sequenced_write)."""
+        if self.sequenced is not None:
+            self.sequenced.add(batch, self.position)
+            self.position += batch.num_rows
+            return
         for part in slices(batch, max(MIN_SLICE, self.pub.low_water)):
             self._publish(part)
 
@@ -390,6 +405,8 @@ class WriteTask:
         return f"; under '{near}': {shown}" + (f" (and {len(found) - 5} more streams)" if len(found) > 5 else "")
 
     def finish(self) -> SinkCommitMessage:
+        if self.sequenced is not None:
+            self.sequenced.flush()
         runtime.run(self.pub.drain())
         while self.settle():  # creates put again, dead letters: drained and settled in turn
             runtime.run(self.pub.drain())
@@ -397,6 +414,8 @@ class WriteTask:
         return SinkCommitMessage(partition=self.partition, published=pub.stored, duplicates=pub.duplicates,
                                  dead_lettered=pub.dead_lettered, expired=self.expired,
                                  markers_skipped=self.markers_skipped, already_stored=self.already_stored,
+                                 older_in_write=self.sequenced.older_in_write if self.sequenced else 0,
+                                 older_than_stored=self.sequenced.older_than_stored if self.sequenced else 0,
                                  run=self.msg_ids.run if self.msg_ids is not None else None,
                                  query_id=self.query_id, query_name=self.query_name)
 
@@ -424,7 +443,7 @@ def log_totals(messages: Iterable[Any], batch_id: int | None = None, target: str
     the query (its name, else its id, as the tasks saw them), so that the lines of two queries in one
     driver can be told apart."""
     totals = {"published": 0, "duplicates": 0, "dead_lettered": 0, "expired": 0, "markers_skipped": 0,
-              "already_stored": 0}
+              "already_stored": 0, "older_in_write": 0, "older_than_stored": 0}
     query = None
     for m in messages:
         if isinstance(m, SinkCommitMessage):
@@ -443,7 +462,11 @@ def log_totals(messages: Iterable[Any], batch_id: int | None = None, target: str
         totals["dead_lettered"], totals["expired"],
         (f", {totals['markers_skipped']} delete markers skipped" if totals["markers_skipped"] else "")
         + (f", {totals['already_stored']} stored by an earlier attempt (not published again)"
-           if totals["already_stored"] else ""),
+           if totals["already_stored"] else "")
+        + (f", {totals['older_in_write'] + totals['older_than_stored']} older than their key's newest (sequenceBy) "
+           f"skipped ({totals['older_than_stored']} not newer than the stored value, {totals['older_in_write']} "
+           "superseded by a newer row in the write)" if totals["older_in_write"] or totals["older_than_stored"]
+           else ""),
         f" ({whose})" if whose else "",
     )
     return totals

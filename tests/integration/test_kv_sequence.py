@@ -1,0 +1,216 @@
+"""Option ``sequenceBy`` on KV writes against a real nats-server, judged by nats-py's own ``KeyValue``:
+each key holds its newest row, whichever task, job or writer published last (issue #27, finding 3)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+
+import pytest
+from pyspark.errors import PySparkException
+from pyspark.sql import functions as F
+
+from ..helpers import history, jetstream_writer, kv_of, latest, worker_log
+
+T0 = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
+
+
+def windows(spark, keys: int, count: int, *, first: int = 0):
+    """``keys`` x ``count`` rows (key, data, w): ``w`` the start of a 1-minute window, ``data`` naming it;
+    four tasks by window, each publishing its newest window first, so a key's newest row is never last."""
+    rows = [(f"k{k}", f"w{w}", T0 + dt.timedelta(minutes=w)) for w in range(first, first + count) for k in range(keys)]
+    df = spark.createDataFrame(rows, "key string, data string, w timestamp")
+    return df.repartition(4, "w").sortWithinPartitions(F.desc("w"))
+
+
+def committed(spark, bucket: str) -> str:
+    """The last commit line of a write to ``bucket`` (the commit runs in a Python worker on the driver)."""
+    lines = [m for m in worker_log(spark, "pyspark_jetstream.sink") if "committed:" in m and f"'{bucket}'" in m]
+    assert lines, "no commit line"
+    return lines[-1]
+
+
+def test_each_key_keeps_its_newest_window_whatever_task_publishes_last(spark, nats_server, nats_client, stream_name):
+    bucket = stream_name
+    jetstream_writer(windows(spark, 30, 10), nats_server.url, bucket=bucket, ensureBucket="create",
+                     sequenceBy="w", **{"bucket.history": "10"}).save()
+    kv = kv_of(nats_client, bucket)
+    assert {f"k{k}": latest(nats_client, kv, f"k{k}") for k in range(30)} == {f"k{k}": b"w9" for k in range(30)}
+    # One value per key was published: the 4 tasks' own newest, the later ones only when newer.
+    assert all(1 <= len(history(nats_client, kv, f"k{k}")) <= 4 for k in range(0, 30, 7))
+    entry = nats_client.run(nats_client.js.get_last_msg(f"KV_{bucket}", f"$KV.{bucket}.k0"))
+    assert entry.headers["Spark-JetStream-Sequence"] == f"ts:{int((T0 + dt.timedelta(minutes=9)).timestamp() * 1e6)}"
+    line = committed(spark, bucket)
+    published = int(re.search(r"(\d+) published", line).group(1))
+    skipped = re.search(r"(\d+) older than their key's newest \(sequenceBy\) skipped \((\d+) not newer than the stored "
+                        r"value, (\d+) superseded by a newer row in the write\)", line)
+    assert skipped, line
+    assert published + int(skipped.group(1)) == 300
+    assert int(skipped.group(3)) == 300 - 4 * 30  # each task keeps one row per key
+
+
+def test_older_rows_change_nothing_and_a_newer_row_wins(spark, nats_server, nats_client, stream_name):
+    bucket = stream_name
+    jetstream_writer(windows(spark, 5, 3, first=10), nats_server.url, bucket=bucket, ensureBucket="create",
+                     sequenceBy="w").save()
+    kv = kv_of(nats_client, bucket)
+    revisions = {k: nats_client.run(kv.get(f"k{k}")).revision for k in range(5)}
+    # A later job with older windows (and one equal): nothing is written, all counted.
+    jetstream_writer(windows(spark, 5, 3, first=10).where("w <= '2026-01-01 00:12:00'")
+                     .withColumn("data", F.lit("stale")), nats_server.url, bucket=bucket, sequenceBy="w").save()
+    assert {k: nats_client.run(kv.get(f"k{k}")).revision for k in range(5)} == revisions
+    assert re.search(r" 0 published, .* 15 older than their key's newest \(sequenceBy\) skipped", committed(spark, bucket))
+    # A newer row wins, for the keys it names only.
+    newer = spark.createDataFrame([("k1", "w20", T0 + dt.timedelta(minutes=20))], "key string, data string, w timestamp")
+    jetstream_writer(newer, nats_server.url, bucket=bucket, sequenceBy="w").save()
+    assert latest(nats_client, kv, "k1") == b"w20"
+    assert latest(nats_client, kv, "k2") == b"w12"
+
+
+def test_a_value_written_without_the_option_is_older_and_another_type_is_refused(spark, nats_server, nats_client,
+                                                                                 stream_name):
+    bucket = stream_name
+    kv = nats_client.run(nats_client.js.create_key_value(bucket=bucket))
+    nats_client.run(kv.put("plain", b"by nats-py"))
+    jetstream_writer(spark.createDataFrame([("plain", "v1", 1)], "key string, data string, n long"),
+                     nats_server.url, bucket=bucket, sequenceBy="n").save()
+    assert latest(nats_client, kv, "plain") == b"v1"
+    df = spark.createDataFrame([("plain", "v2", "b")], "key string, data string, s string")
+    with pytest.raises(PySparkException, match=r"key 'plain'.*integer.*string.*sequenceBy"):
+        jetstream_writer(df, nats_server.url, bucket=bucket, sequenceBy="s").save()
+    assert latest(nats_client, kv, "plain") == b"v1"
+
+
+def test_a_stale_revision_is_retried_against_a_concurrent_writer(spark, nats_server, nats_client, stream_name,
+                                                                  monkeypatch):
+    """The driver's own publishing path (a task run in this process), with the first lookup answering
+    a revision another writer has since moved past: the refusal (10071) is looked up again and settled."""
+    from pyspark_jetstream.client import jsapi
+    from pyspark_jetstream.sink.setup import plan_sink
+    from pyspark_jetstream.sink.writer import write_partition
+
+    bucket = stream_name
+    kv = nats_client.run(nats_client.js.create_key_value(bucket=bucket, history=10))
+    nats_client.run(kv.put("a", b"old", ))
+    df = spark.createDataFrame([("a", "mine", 5), ("b", "mine", 5)], "key string, data string, n long")
+    plan = plan_sink({"servers": nats_server.url, "bucket": bucket, "sequenceBy": "n"}, df.schema, overwrite=False,
+                     streaming=False)
+    real = jsapi.last_messages
+    raced = []
+
+    async def racing(nc, stream, subjects, **kw):
+        found = await real(nc, stream, subjects, **kw)
+        if not raced:  # another writer stores a value without the header (older than ours: we still win)
+            raced.append(await nc.jetstream().publish(f"$KV.{bucket}.a", b"theirs"))
+        return found
+
+    monkeypatch.setattr(jsapi, "last_messages", racing)
+    message = write_partition(plan, iter(df.toArrow().to_batches()))
+    assert raced
+    assert message.published == 2
+    assert [v for _, v in history(nats_client, kv, "a")] == [b"old", b"theirs", b"mine"]
+    assert latest(nats_client, kv, "b") == b"mine"
+
+
+def test_racing_writers_with_the_option_settle_on_the_newest(spark, nats_server, nats_client, stream_name,
+                                                            monkeypatch):
+    """Two writers interleaved on the same key: the second one's newer value lands between the first one's lookup
+    and publish; the first one's refused publish is compared again and skipped, the newer value stays."""
+    from pyspark_jetstream.client import jsapi
+    from pyspark_jetstream.sink.setup import plan_sink
+    from pyspark_jetstream.sink.writer import write_partition
+
+    bucket = stream_name
+    kv = nats_client.run(nats_client.js.create_key_value(bucket=bucket, history=10, direct=True))
+    schema = "key string, data string, n long"
+    options = {"servers": nats_server.url, "bucket": bucket, "sequenceBy": "n"}
+    first = spark.createDataFrame([("a", "five", 5)], schema)
+    second = spark.createDataFrame([("a", "seven", 7)], schema)
+    plan = plan_sink(options, first.schema, overwrite=False, streaming=False)
+    write_other = plan_sink(options, second.schema, overwrite=False, streaming=False)
+    real = jsapi.last_messages
+    calls = []
+
+    async def racing(nc, stream, subjects, **kw):
+        found = await real(nc, stream, subjects, **kw)
+        calls.append(kw.get("direct"))
+        if len(calls) == 1:
+            jsapi.last_messages = real
+            import asyncio
+
+            await asyncio.get_running_loop().run_in_executor(
+                None, lambda: write_partition(write_other, iter(second.toArrow().to_batches())))
+            jsapi.last_messages = racing
+        return found
+
+    monkeypatch.setattr(jsapi, "last_messages", racing)
+    message = write_partition(plan, iter(first.toArrow().to_batches()))
+    assert calls[:2] == [True, False]  # the second lookup, after the refusal, asks the leader
+    assert (message.published, message.older_than_stored) == (0, 1)
+    assert [v for _, v in history(nats_client, kv, "a")] == [b"seven"]
+
+
+def test_deletes_and_purges_are_ordered_too(spark, nats_server, nats_client, stream_name):
+    bucket = stream_name
+    schema = "key string, data string, operation string, ttl string, n int"
+
+    def write(rows):
+        df = spark.createDataFrame(rows, schema).repartition(2)
+        jetstream_writer(df, nats_server.url, bucket=bucket, sequenceBy="n", ensureBucket="create",
+                         **{"bucket.history": "10"}).save()
+
+    write([("d", "v1", None, None, 1), ("d", None, "DEL", None, 2), ("p", "v1", None, None, 1),
+           ("p", None, "PURGE", "1h", 3), ("x", "v5", None, "1h", 5), ("x", None, "DEL", None, 4)])
+    kv = kv_of(nats_client, bucket)
+    assert (latest(nats_client, kv, "d"), latest(nats_client, kv, "p"), latest(nats_client, kv, "x")) == (
+        "DEL", "PURGE", b"v5")
+    tombstone = nats_client.run(nats_client.js.get_last_msg(f"KV_{bucket}", f"$KV.{bucket}.p"))
+    assert tombstone.headers["Spark-JetStream-Sequence"] == "int:3"
+    assert tombstone.headers["Nats-TTL"] == "1h"
+    # An older delete is skipped; a newer one wins; a put newer than a tombstone brings the key back.
+    write([("x", None, "DEL", None, 5), ("d", "back", None, None, 3), ("p", None, "PURGE", None, 2)])
+    assert (latest(nats_client, kv, "d"), latest(nats_client, kv, "p"), latest(nats_client, kv, "x")) == (
+        b"back", "PURGE", b"v5")
+    write([("x", None, "PURGE", None, 6)])
+    assert history(nats_client, kv, "x") == [("PURGE", b"")]
+
+
+def test_rows_without_a_sequence_value_are_refused_naming_the_key(spark, nats_server, nats_client, stream_name):
+    bucket = stream_name
+    df = spark.createDataFrame([("a", "v", 1), ("b", "v", None)], "key string, data string, n long").coalesce(1)
+    with pytest.raises(PySparkException, match=r"row 1 of partition 0.*no value in column 'n'"):
+        jetstream_writer(df, nats_server.url, bucket=bucket, sequenceBy="n", ensureBucket="create").save()
+
+
+def test_a_streaming_query_keeps_each_keys_newest_window_across_micro_batches(spark, nats_server, nats_client,
+                                                                               stream_name, tmp_path):
+    """Append mode, one input file per micro-batch, each with windows older and newer than the bucket holds,
+    spread over three tasks: after every micro-batch each key holds its newest window so far."""
+    import json
+
+    bucket = stream_name
+    source = tmp_path / "in"
+    source.mkdir()
+    batches = [
+        [(k, w) for w in (3, 7, 5) for k in range(10)],  # newest (7) in the middle
+        [(k, w) for w in (1, 2) for k in range(10)] + [(0, 9)],  # late windows; k0 moves on
+        [(k, 6) for k in range(10)] + [(1, 8), (1, 4)],
+    ]
+    for n, rows in enumerate(batches):
+        (source / f"{n}.json").write_text("\n".join(json.dumps({"k": f"k{k}", "w": w}) for k, w in rows))
+    events = spark.readStream.schema("k string, w long").option("maxFilesPerTrigger", 1).json(str(source))
+    rows = events.repartition(3).select(F.col("k").alias("key"), F.concat(F.lit("w"), F.col("w")).alias("data"),
+                                        F.timestamp_seconds(F.col("w") * 60).alias("w"))
+    query = (rows.writeStream.format("jetstream").outputMode("append").option("servers", nats_server.url)
+             .option("bucket", bucket).option("ensureBucket", "create").option("sequenceBy", "w")
+             .option("bucket.history", "10").option("checkpointLocation", str(tmp_path / "chk")).trigger(availableNow=True).start())
+    assert query.awaitTermination(180)
+    assert query.exception() is None
+    assert len([p for p in query.recentProgress if p["numInputRows"]]) == 3
+    kv = kv_of(nats_client, bucket)
+    expected = {f"k{k}": b"w7" for k in range(10)} | {"k0": b"w9", "k1": b"w8"}
+    assert {f"k{k}": latest(nats_client, kv, f"k{k}") for k in range(10)} == expected
+    # Nothing older was ever stored over something newer: each key's history only goes forward.
+    for k in range(10):
+        stored = [int(v[1:]) for _, v in history(nats_client, kv, f"k{k}")]
+        assert stored == sorted(set(stored)) and stored[-1] == int(expected[f"k{k}"][1:]), (k, stored)
