@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
-import json
 import os
 
 from pyspark.errors import StreamingQueryException
@@ -83,8 +82,6 @@ def test_a_committed_micro_batch_replayed_after_the_window_stores_nothing(spark,
     q = _copy(spark, nats_server.url, source, target, checkpoint, partitions=2)  # even split otherwise
     assert q.exception() is None
     assert [(p["batchId"], p["numInputRows"]) for p in q.recentProgress if p["numInputRows"]] == [(1, 100)]
-    # The replayed batch was planned from the log, without latestOffset: its progress still shows the lag.
-    assert all(json.loads(p["sources"][0]["latestOffset"])["seq"] == 300 for p in q.recentProgress)
     assert nats_client.stored_count(target) == 300
     # Batch 0's records were deleted once batch 1 committed; batch 1's stay until the next commit.
     records = [m.subject for m in nats_client.messages("KV_SPARK_JETSTREAM_SINK")]

@@ -360,8 +360,9 @@ class JetStreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         return end
 
     def reportLatestOffset(self) -> dict:
-        """The stream's last sequence, for the progress's ``latestOffset`` (the lag). A replayed batch after a
-        restart is planned without ``latestOffset``: the stream is asked here then, never reported as null."""
+        """The stream's last sequence, for the progress's ``latestOffset`` (the lag); asked of the server when
+        ``latestOffset`` has not run yet, so it is never reported as null by this reader. (A batch Spark
+        replays from its log after a restart is reported without asking the source at all: null there.)"""
         if self._latest is None:
             self._latest = _bounds(self.opts)
         return self._offset(self._latest.last_seq, self._latest)
