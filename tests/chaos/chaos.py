@@ -78,6 +78,7 @@ SUBJECTS = 50
 KEYS = 50
 KV_HISTORY = 64
 SOURCE_WINDOW_S = 600  # the publishers' resends must be deduplicated in the sources
+STANDBY_NICE = 10
 START_TIMEOUT = 600.0  # a Spark driver's start on 2 cores shared with other work has taken 100 s
 SINGLE_KINDS = ("server_kill", "server_stop")
 CLUSTER_KINDS = ("node_kill", "node_stop", "leader_stepdown")
@@ -413,9 +414,22 @@ def driver_main(args) -> int:
                 .trigger(processingTime="1 second").start())
 
     starts = {"stream_copy": stream_copy, "bucket_copy": bucket_copy}
-    queries = {name: start() for name, start in starts.items()}
     restarts = {name: 0 for name in starts}
     failures: list[str] = []
+
+    def started(name):
+        """Start a query and wait (30 s at most) for its first progress or its end: queries start one after
+        the other, because Spark gives the Python process each start spawns 10 s to connect back (hard-coded
+        in PythonWorkerFactory.createSimpleWorker), which two at once on a loaded machine can miss."""
+        query = starts[name]()
+        deadline = time.monotonic() + 30
+        while query.isActive and query.lastProgress is None and time.monotonic() < deadline:
+            time.sleep(0.2)
+        return query
+
+    queries = {}
+    for name in starts:
+        queries[name] = started(name)
     while True:
         if os.getppid() != parent:
             return 1
@@ -429,7 +443,8 @@ def driver_main(args) -> int:
         for name, q in list(queries.items()):
             if not q.isActive:
                 failures.append(f"{name}: {_cause(str(q.exception()))}")
-                queries[name] = starts[name]()
+                time.sleep(2.0)  # a back-off: a failed start is mostly a machine too busy to start Python
+                queries[name] = started(name)
                 restarts[name] += 1
         batches = {name: (q.lastProgress or {}).get("batchId") for name, q in queries.items()}
         write_status(ctl, state="running", pid=os.getpid(), restarts=restarts, failures=failures, batches=batches)
@@ -440,6 +455,10 @@ def _cause(text: str) -> str:
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     named = [line for line in lines if "Error:" in line or "Exception:" in line]
     return (named[-1] if named else lines[0] if lines else text)[:300]
+
+
+class DriverDied(RuntimeError):
+    """A driver process ended before it reached the state waited for."""
 
 
 @dataclass
@@ -461,6 +480,7 @@ class Drivers:
         self.active: Driver | None = None
         self.standby: Driver | None = None
         self.all: list[Driver] = []
+        self.standby_deaths = 0
 
     def _spawn(self) -> Driver:
         self.count += 1
@@ -469,9 +489,12 @@ class Drivers:
         log = ctl / "driver.log"
         env = dict(os.environ, PYSPARK_JETSTREAM_LOG_LEVEL="INFO")
         with open(log, "wb") as out:
+            # Niced while it waits as a standby (its JVM's start must not starve the active driver's
+            # Python processes); back to normal when it takes over (_take_over).
             proc = subprocess.Popen([sys.executable, __file__, "--driver", "--url", self.url, "--workdir",
                                      str(self.workdir), "--ctl", str(ctl)], stdin=subprocess.DEVNULL, stdout=out,
-                                    stderr=subprocess.STDOUT, start_new_session=True, env=env, cwd=str(ROOT))
+                                    stderr=subprocess.STDOUT, start_new_session=True, env=env, cwd=str(ROOT),
+                                    preexec_fn=lambda: os.nice(STANDBY_NICE))
         driver = Driver(proc, ctl, log)
         self.all.append(driver)
         return driver
@@ -479,8 +502,9 @@ class Drivers:
     def _ready(self, driver: Driver, state: str, timeout: float) -> None:
         def check():
             if driver.proc.poll() is not None:
-                raise RuntimeError(f"driver {driver.ctl.name} exited ({driver.proc.returncode}): "
-                                   f"{driver.log.read_text(errors='replace')[-3000:]}")
+                lines = [ln for ln in driver.log.read_text(errors="replace").splitlines() if ln.strip()]
+                raise DriverDied(f"driver {driver.ctl.name} exited ({driver.proc.returncode}) before it was "
+                                 f"{state}: {lines[-1][:200] if lines else 'no output'} (log {driver.log})")
             return driver.status().get("state") == state
         wait_for(check, timeout, f"driver {driver.ctl.name} {state}")
 
@@ -494,6 +518,8 @@ class Drivers:
 
     def _take_over(self, driver: Driver) -> None:
         self.active = driver
+        with contextlib.suppress(OSError):  # every thread of its process group (JVM included) back to 0
+            os.setpriority(os.PRIO_PGRP, driver.proc.pid, 0)
         (driver.ctl / "go").touch()
         self._progressing(driver, START_TIMEOUT)
         if self.want_standby:  # started once the active one runs: two JVMs starting at once starve each other
@@ -506,8 +532,18 @@ class Drivers:
 
     def kill_and_take_over(self, restart_after: float) -> None:
         """SIGKILL the active driver's process group; the standby takes over ``restart_after`` s later."""
-        assert self.active is not None and self.standby is not None
-        self._ready(self.standby, "ready", START_TIMEOUT)
+        assert self.active is not None
+        for attempt in range(3):  # a standby whose JVM died while starting (seen once) is replaced
+            if self.standby is None or self.standby.proc.poll() is not None:
+                if self.standby is not None:
+                    self.standby_deaths += 1
+                self.standby = self._spawn()
+            try:
+                self._ready(self.standby, "ready", START_TIMEOUT)
+                break
+            except DriverDied:
+                if attempt == 2:
+                    raise
         kill_tree(self.active.proc)
         time.sleep(restart_after)  # the fault's duration: how long no driver runs
         standby, self.standby = self.standby, None
@@ -516,10 +552,10 @@ class Drivers:
     def ensure_alive(self) -> bool:
         """A driver that died by itself is replaced (counted); True when it had to be."""
         if self.active is not None and self.active.proc.poll() is not None:
-            if self.standby is not None:
+            if self.standby is not None and self.standby.proc.poll() is None:
                 standby, self.standby = self.standby, None
             else:
-                standby = self._spawn()
+                standby, self.standby = self._spawn(), None
             self._ready(standby, "ready", START_TIMEOUT)
             self._take_over(standby)
             return True
@@ -693,9 +729,13 @@ class Phase:
             time.sleep(0.5)
 
     def watch(self) -> None:
-        if self.drivers is not None and self.drivers.ensure_alive():
+        try:
+            if self.drivers is not None and self.drivers.ensure_alive():
+                self.driver_deaths += 1
+                self.log("the driver died by itself; a new one started from the checkpoints")
+        except DriverDied as exc:  # tried again at the next watch
             self.driver_deaths += 1
-            self.log("the driver died by itself; a new one started from the checkpoints")
+            self.log(f"the driver died by itself and its replacement too: {exc}")
 
     def catch_up(self) -> dict:
         """Publishers stopped, then wait for both targets to hold at least what the sources hold, stable."""
@@ -899,6 +939,8 @@ def main() -> int:
                 phase.run(schedule[name], phase_seconds)
                 caught = phase.catch_up()
                 checked = check(phase.url, phase.publishers)
+                for copy, r in checked.items():
+                    phase.log(f"checked the {copy} copy: " + ", ".join(f"{k} {v}" for k, v in r.items()))
                 results.append((name, checked, caught, phase, phase.evidence()))
             finally:
                 phase.close()
@@ -946,7 +988,8 @@ def render(seed: int, args, duration: float, results) -> tuple[str, bool]:
               "seen by the sink | rows the replay records kept back | duplicates the server dropped |",
               "|---|---:|---:|---:|---:|---:|"]
     for name, _c, _u, phase, ev in results:
-        lines.append(f"| {name} | {ev['query_restarts']} | {phase.driver_deaths} | {ev['replays']} | "
+        lines.append(f"| {name} | {ev['query_restarts']} | {phase.driver_deaths} + {phase.drivers.standby_deaths} "
+                     f"standby | {ev['replays']} | "
                      f"{ev['skipped']} | {ev['dup_dropped']} |")
     lines += ["", "Fault log (seconds after the phase's copies started):", ""]
     for name, _c, _u, phase, _ev in results:
