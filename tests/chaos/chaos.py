@@ -530,8 +530,10 @@ class Drivers:
         self._ready(driver, "ready", START_TIMEOUT)
         self._take_over(driver)
 
-    def kill_and_take_over(self, restart_after: float) -> None:
-        """SIGKILL the active driver's process group; the standby takes over ``restart_after`` s later."""
+    def kill_and_take_over(self, restart_after: float) -> float:
+        """SIGKILL the active driver's process group; the standby takes over ``restart_after`` s later.
+        Returns the seconds from the kill until both copies of the new driver had made a micro-batch
+        (the replay of the killed driver's last batch is in there)."""
         assert self.active is not None
         for attempt in range(3):  # a standby whose JVM died while starting (seen once) is replaced
             if self.standby is None or self.standby.proc.poll() is not None:
@@ -545,9 +547,11 @@ class Drivers:
                 if attempt == 2:
                     raise
         kill_tree(self.active.proc)
+        killed = time.monotonic()
         time.sleep(restart_after)  # the fault's duration: how long no driver runs
         standby, self.standby = self.standby, None
         self._take_over(standby)
+        return time.monotonic() - killed
 
     def ensure_alive(self) -> bool:
         """A driver that died by itself is replaced (counted); True when it had to be."""
@@ -656,8 +660,9 @@ class Phase:
             return self.kill_worker(p["pick"])
         if kind in ("driver_kill_short", "driver_kill_long"):
             old = self.drivers.active.proc.pid
-            self.drivers.kill_and_take_over(p["restart_after"])
-            return f"driver pid {old} killed; standby took over after {p['restart_after']}s"
+            back = self.drivers.kill_and_take_over(p["restart_after"])
+            return (f"driver pid {old} killed; standby took over after {p['restart_after']}s; both copies had "
+                    f"made a micro-batch {back:.0f}s after the kill")
         if kind == "task_failure":
             marker = self.workdir / f"fail-{p['copy']}"
             marker.touch()
@@ -878,6 +883,14 @@ def check(url: str, publishers: Publishers) -> dict:
         kv_order += sum(1 for x, y in zip(counters, counters[1:], strict=False) if y <= x)
         kv_lost += sum(1 for entry in s if entry not in d)
     stale = sum(1 for pair in latest.values() if pair[0] != pair[1])
+    # evidence of duplicates still retained: which update, at which target sequences and times
+    seen: dict[tuple, list] = {}
+    for m in kv_dst:
+        if (m.headers or {}).get("KV-Operation", "PUT") == "PUT":
+            seen.setdefault((m.subject, m.data), []).append((m.metadata.sequence.stream, str(m.metadata.timestamp)))
+    twice = [(k, v) for k, v in seen.items() if len(v) > 1]
+    for (subject, data), where in twice[:20]:
+        print(f"  duplicate in KV_{KV_DST}: {subject} {data!r} at {where}", flush=True)
     bucket = {
         "in": kv_in, "out": kv_out,
         "duplicates": max(kv_dups, kv_out - kv_in),
@@ -951,8 +964,12 @@ def main() -> int:
             print(report, flush=True)
             os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
             Path(args.out).write_text(report + "\n")
-        shutil.rmtree(workroot, ignore_errors=True)
-    return 0 if results and len(results) == len(phases) and ok else 1
+        passed = bool(results) and len(results) == len(phases) and ok
+        if passed:
+            shutil.rmtree(workroot, ignore_errors=True)
+        else:  # the evidence: every driver's log (the sink's replay lines), checkpoints, server logs
+            print(f"kept the work dir for the evidence: {workroot}", flush=True)
+    return 0 if passed else 1
 
 
 def render(seed: int, args, duration: float, results) -> tuple[str, bool]:
