@@ -350,6 +350,17 @@ def worker_log(spark: Any, logger: str) -> list[str]:
     return [row.msg for row in rows]
 
 
+def forget_last_commit(checkpoint: Any) -> int:
+    """What a driver crash between the sink's write and Spark's commit leaves behind: the last commit
+    file of a streaming checkpoint removed; returns that batch id (Spark replays it on restart)."""
+    commits = sorted(int(n) for n in os.listdir(checkpoint / "commits") if n.isdigit())
+    os.remove(checkpoint / "commits" / str(commits[-1]))
+    crc = checkpoint / "commits" / f".{commits[-1]}.crc"
+    if crc.exists():
+        os.remove(crc)
+    return commits[-1]
+
+
 def finished(query: Any, timeout: float = 180.0) -> Any:
     """Wait for a query that must end by itself (an ``availableNow`` trigger): fail the test when it
     did not end in time (``awaitTermination`` returns False then) or ended with an error."""

@@ -11,23 +11,11 @@ by content.
 
 from __future__ import annotations
 
-import os
-
 import pytest
 from pyspark.errors import StreamingQueryException
 from pyspark.sql import functions as F
 
-from ..helpers import publish
-
-
-def _forget_last_commit(checkpoint) -> int:
-    """What a driver crash between the sink's write and Spark's commit leaves behind."""
-    commits = sorted(int(n) for n in os.listdir(checkpoint / "commits") if n.isdigit())
-    os.remove(checkpoint / "commits" / str(commits[-1]))
-    crc = checkpoint / "commits" / f".{commits[-1]}.crc"
-    if crc.exists():
-        os.remove(crc)
-    return commits[-1]
+from ..helpers import forget_last_commit, publish
 
 
 def _copy(spark, server, source: str, target: str, checkpoint, partitions: int, keep_position: bool):
@@ -58,7 +46,7 @@ def test_replay_with_another_partition_count_stores_each_message_once(spark, nat
     publish(nats_client, f"{source}.in", 200, start=1)
     checkpoint = tmp_path / "chk"
     assert _copy(spark, nats_server, source, target, checkpoint, 2, keep_position).exception() is None
-    replayed = _forget_last_commit(checkpoint)
+    replayed = forget_last_commit(checkpoint)
     q = _copy(spark, nats_server, source, target, checkpoint, 3, keep_position)
     assert q.exception() is None
     assert [(p["batchId"], p["numInputRows"]) for p in q.recentProgress if p["numInputRows"]] == [(replayed, 200)]

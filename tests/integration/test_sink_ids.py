@@ -8,14 +8,12 @@ collide; an empty ``msg_id`` (column or header) is no id, so the generated one s
 
 from __future__ import annotations
 
-import os
-
 import pytest
 from pyspark.sql import functions as F
 
 from pyspark_jetstream.server import EmbeddedNatsServer
 
-from ..helpers import SyncNats, finished, publish, write
+from ..helpers import SyncNats, finished, forget_last_commit, publish, write
 
 
 def _read(spark, url: str, stream: str):
@@ -64,16 +62,6 @@ def test_two_servers_streams_of_one_name_merge_into_one_target(spark, nats_serve
         nats_client.api("STREAM.DELETE.ORDERS")
 
 
-def _forget_last_commit(checkpoint) -> int:
-    """What a driver crash between the sink's write and Spark's commit leaves behind."""
-    commits = sorted(int(n) for n in os.listdir(checkpoint / "commits") if n.isdigit())
-    os.remove(checkpoint / "commits" / str(commits[-1]))
-    crc = checkpoint / "commits" / f".{commits[-1]}.crc"
-    if crc.exists():
-        os.remove(crc)
-    return commits[-1]
-
-
 def _replayed(spark, server, checkpoint, build) -> None:
     """Run the streaming copy ``build(readStream)`` to the end, forget its last commit, run it again:
     the replay must re-publish its micro-batch with the same ids."""
@@ -85,7 +73,7 @@ def _replayed(spark, server, checkpoint, build) -> None:
         return finished(q)
 
     run()
-    replayed = _forget_last_commit(checkpoint)
+    replayed = forget_last_commit(checkpoint)
     q = run()
     assert [p["batchId"] for p in q.recentProgress if p["numInputRows"]] == [replayed]
 
