@@ -177,6 +177,6 @@ def test_reads_that_would_read_nothing_are_refused(spark, nats_server, nats_clie
         q = (spark.readStream.format("jetstream").option("servers", nats_server.url).option("stream", stream_name)
              .option("subjects", "nope.>").load().writeStream.format("noop").start())
         try:
-            q.awaitTermination(60)
+            assert q.awaitTermination(60), "the query neither failed nor finished within 60 s"
         finally:
             q.stop()
