@@ -7,9 +7,10 @@
 2. A streaming query (availableNow, micro-batches of 100 readings) averages the readings per
    sensor and writes every sensor's running summary to the KV bucket SENSORS (``complete``
    output mode, ``option("bucket", "SENSORS")``, created as nats-py's ``create_key_value``
-   would), each key with its own TTL: ``porch`` lives 3 s, ``kitchen`` never expires, the
+   would), each key with its own TTL: ``porch`` lives 30 s (long enough to be seen
+   before it expires, even on a busy machine), ``kitchen`` never expires, the
    others 1 hour.
-3. Purges two keys with a tombstone TTL of 2 s (``operation = PURGE``, ``ttl = 2s``): the key's
+3. Purges two keys with a tombstone TTL of 20 s (``operation = PURGE``, ``ttl = 20s``): the key's
    history is rolled up into one tombstone, and the tombstone itself expires.
 4. Reads the bucket's current state with the connector (``kv.view=latest``) and prints it
    beside what nats-py's ``KeyValue.get`` returns for the same keys; then waits until the
@@ -34,8 +35,9 @@ os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 
 READINGS, BUCKET = "READINGS", "SENSORS"
 SENSORS = ("attic", "boiler", "garage", "kitchen", "porch")
-TTLS = {"porch": "3s", "kitchen": "never"}  # the others: 1h
+TTLS = {"porch": "30s", "kitchen": "never"}  # the others: 1h
 PURGED = ("garage", "attic")
+TOMBSTONE_TTL = "20s"  # both TTLs outlast the reads below, even on a busy machine
 
 
 def publish_readings(spark, servers: str, count: int) -> None:
@@ -72,7 +74,7 @@ def summarise_into_the_bucket(spark, servers: str, checkpoint: str):
 
 
 def purge_with_tombstone_ttl(spark, servers: str) -> None:
-    rows = [(key, None, "PURGE", "2s") for key in PURGED]
+    rows = [(key, None, "PURGE", TOMBSTONE_TTL) for key in PURGED]
     (spark.createDataFrame(rows, "key string, data string, operation string, ttl string")
      .write.format("jetstream").mode("append").option("servers", servers).option("bucket", BUCKET).save())
 
@@ -116,7 +118,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--servers", help="NATS URL(s); default: start an embedded nats-server")
     parser.add_argument("--readings", type=int, default=500)
-    parser.add_argument("--wait", type=float, default=60.0, help="seconds to wait for the expiries at most")
+    parser.add_argument("--wait", type=float, default=120.0, help="seconds to wait for the expiries at most")
     args = parser.parse_args()
 
     from pyspark.sql import SparkSession
@@ -138,9 +140,9 @@ def main() -> int:
         query = summarise_into_the_bucket(spark, servers, tempfile.mkdtemp(prefix="kv-latest-"))
         batches = [p.numInputRows for p in query.recentProgress if p.numInputRows]
         print(f"Summarised {sum(batches)} readings in {len(batches)} micro-batches into bucket {BUCKET} "
-              f"(TTLs: porch 3s, kitchen never, others 1h)")
+              f"(TTLs: porch 30s, kitchen never, others 1h)")
         purge_with_tombstone_ttl(spark, servers)
-        print(f"Purged {', '.join(PURGED)} with a tombstone TTL of 2s")
+        print(f"Purged {', '.join(PURGED)} with a tombstone TTL of {TOMBSTONE_TTL}")
 
         mine = connector_view(spark, servers)
         live, said = asyncio.run(nats_py_view(servers))
@@ -156,7 +158,7 @@ def main() -> int:
             time.sleep(0.5)
             live, said = asyncio.run(nats_py_view(servers))
         mine = connector_view(spark, servers)
-        show("After the expiries (porch's 3s TTL, the tombstones' 2s):", mine, said)
+        show("After the expiries (porch's 30s TTL, the tombstones' 20s):", mine, said)
         print(f"connector == nats-py: {mine == live}")
         same = same and mine == live
         print(f"{len(live)} keys alive: {', '.join(sorted(live))}")
