@@ -61,13 +61,27 @@ def spark():
         .config("spark.python.worker.reuse", "true")
         .config("spark.python.authenticate.socketTimeout", PYTHON_START_TIMEOUT)
         .config("spark.sql.streaming.forceDeleteTempCheckpointLocation", "true")
-        # Python workers' log records become queryable (helpers.worker_log).
-        .config("spark.sql.pyspark.worker.logging.enabled", "true")
         .getOrCreate()
     )
     session.sparkContext.setLogLevel("ERROR")
     yield session
     session.stop()
+
+
+WORKER_LOGGING = "spark.sql.pyspark.worker.logging.enabled"
+
+
+@pytest.fixture
+def worker_logging(spark):
+    """Python workers' log records queryable (``helpers.worker_log``) for one test.
+
+    Off for the rest of the session: with it on, Spark puts the session's id in the Python
+    workers' environment, so every streaming query (a cloned session) starts its own Python
+    daemons (measured: 140 daemons in one run, and about half of a test's CPU spent in Python
+    workers starting and importing)."""
+    spark.conf.set(WORKER_LOGGING, "true")
+    yield spark
+    spark.conf.set(WORKER_LOGGING, "false")
 
 
 @pytest.fixture

@@ -344,8 +344,10 @@ def spark_submit_command(master: str, executor_python: str | None = None) -> lis
 
 
 def worker_log(spark: Any, logger: str) -> list[str]:
-    """Messages Spark's Python workers logged to ``logger`` (the session captures them:
-    ``spark.sql.pyspark.worker.logging.enabled``, set by the session fixture)."""
+    """Messages Spark's Python workers logged to ``logger`` (captured only while the test's
+    ``worker_logging`` fixture has turned ``spark.sql.pyspark.worker.logging.enabled`` on)."""
+    assert spark.conf.get("spark.sql.pyspark.worker.logging.enabled") == "true", \
+        "the test must request the worker_logging fixture to read workers' logs"
     rows = spark.tvf.python_worker_logs().where(f"logger = '{logger}'").select("msg").collect()
     return [row.msg for row in rows]
 

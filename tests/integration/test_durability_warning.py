@@ -5,7 +5,7 @@ from __future__ import annotations
 from ..helpers import SyncNats, worker_log
 
 
-def test_a_one_replica_target_on_a_cluster_is_named_once(spark, nats_cluster):
+def test_a_one_replica_target_on_a_cluster_is_named_once(spark, nats_cluster, worker_logging):
     client = SyncNats(nats_cluster.url)
     try:
         client.add_stream("DUR1", ["dur1.>"], num_replicas=1, storage="file")

@@ -73,7 +73,7 @@ def test_consumer_lost_mid_read_is_recreated(spark, nats_server, nats_client, st
 
 @pytest.mark.parametrize("fail", [True, False], ids=["failOnDataLoss", "warn"])
 def test_head_of_a_range_purged_before_its_partition_starts(spark, nats_server, nats_client, stream_name, tmp_path,
-                                                            fail):
+                                                            fail, worker_logging):
     """Planned 1..300 in three partitions; with two cores the third waits while the first two are
     held. The stream's head is then purged up to 249, so the third partition's consumer, asked to
     start at 201, is moved to 250 by the server without a word: the partition must notice."""

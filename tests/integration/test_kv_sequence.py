@@ -31,7 +31,8 @@ def committed(spark, bucket: str) -> str:
     return "\n".join(lines)
 
 
-def test_each_key_keeps_its_newest_window_whatever_task_publishes_last(spark, nats_server, nats_client, stream_name):
+def test_each_key_keeps_its_newest_window_whatever_task_publishes_last(spark, nats_server, nats_client, stream_name,
+                                                                       worker_logging):
     bucket = stream_name
     jetstream_writer(windows(spark, 30, 10), nats_server.url, bucket=bucket, ensureBucket="create",
                      sequenceBy="w", **{"bucket.history": "10"}).save()
@@ -50,7 +51,7 @@ def test_each_key_keeps_its_newest_window_whatever_task_publishes_last(spark, na
     assert int(skipped.group(3)) == 300 - 4 * 30  # each task keeps one row per key
 
 
-def test_older_rows_change_nothing_and_a_newer_row_wins(spark, nats_server, nats_client, stream_name):
+def test_older_rows_change_nothing_and_a_newer_row_wins(spark, nats_server, nats_client, stream_name, worker_logging):
     bucket = stream_name
     jetstream_writer(windows(spark, 5, 3, first=10), nats_server.url, bucket=bucket, ensureBucket="create",
                      sequenceBy="w").save()

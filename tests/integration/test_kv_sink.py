@@ -254,7 +254,8 @@ def test_a_streaming_write_to_a_bucket_replayed_after_a_crash_is_exactly_once(sp
     assert nats_client.stream_state(f"KV_{stream_name}")["messages"] == 8
 
 
-def test_a_bucket_with_a_short_duplicate_window_warns_at_start(spark, nats_server, nats_client, stream_name):
+def test_a_bucket_with_a_short_duplicate_window_warns_at_start(spark, nats_server, nats_client, stream_name,
+                                                              worker_logging):
     """nats-py gives a bucket with a 30s TTL a 30s duplicate window: exactly-once holds only for a
     replay within it, and the sink says so when the write starts."""
     from ..helpers import worker_log

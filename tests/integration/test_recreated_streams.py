@@ -57,7 +57,8 @@ def test_a_query_restarted_on_a_recreated_stream_fails_or_reads_the_new_stream(s
 
 
 @pytest.mark.parametrize("fail", [True, False], ids=["failOnDataLoss", "goOn"])
-def test_a_stream_recreated_while_a_batch_read_runs(spark, nats_server, nats_client, stream_name, tmp_path, fail):
+def test_a_stream_recreated_while_a_batch_read_runs(spark, nats_server, nats_client, stream_name, tmp_path, fail,
+                                                    worker_logging):
     """Planned 1..300 in three partitions; two read while the third waits for a core. The stream
     is then deleted and created again with other messages: the third partition must notice."""
     nats_client.add_stream(stream_name, [f"{stream_name}.>"])

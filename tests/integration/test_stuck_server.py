@@ -65,7 +65,7 @@ def test_pulls_that_never_complete_hit_max_wait(spark, frozen_server, tmp_path):
     assert "Reading stream 'STUCKR'" in text and "made no progress for 4s" in text and "consume.maxWait" in text
 
 
-def test_a_brief_freeze_misses_heartbeats_and_the_read_rides_through(spark, frozen_server, tmp_path):
+def test_a_brief_freeze_misses_heartbeats_and_the_read_rides_through(spark, frozen_server, tmp_path, worker_logging):
     """Frozen for three heartbeat intervals but well inside consume.maxWait: the partition
     notices the missed heartbeats, pulls again, and the range arrives exactly once."""
     client = SyncNats(frozen_server.url)
