@@ -208,7 +208,7 @@ def kv_stream(bucket: str, history: int, window_s: float, replicas: int) -> dict
             "storage": "file", "max_msgs": -1, "max_bytes": -1, "max_age": 0}
 
 
-def create_streams(url: str, replicas: int, window: float) -> None:
+def create_streams(url: str, replicas: int, window: float, dst_history: int = KV_HISTORY) -> None:
     async def work(nc):
         configs = [
             {"name": SRC, "subjects": ["dev.*"], "storage": "file", "num_replicas": replicas,
@@ -216,7 +216,7 @@ def create_streams(url: str, replicas: int, window: float) -> None:
             {"name": DST, "subjects": ["copy.dev.*"], "storage": "file", "num_replicas": replicas,
              "duplicate_window": int(window * 1e9)},
             kv_stream(KV_SRC, KV_HISTORY, SOURCE_WINDOW_S, replicas),
-            kv_stream(KV_DST, KV_HISTORY, window, replicas),
+            kv_stream(KV_DST, dst_history, window, replicas),
         ]
         if replicas > 1:  # the sink creates its state bucket R1; on a cluster it must survive a node
             state = kv_stream(STATE_BUCKET, 1, 120, replicas)
@@ -706,7 +706,7 @@ class Phase:
             self.cluster.start()
         else:
             self.nodes[0].start()
-        create_streams(self.url, 3 if self.cluster is not None else 1, args.dup_window)
+        create_streams(self.url, 3 if self.cluster is not None else 1, args.dup_window, args.dst_history)
         self.publishers = Publishers(self.url, args.stream_rate, args.kv_rate).start()
         standby = any(f.kind.startswith("driver_kill") for f in faults)
         self.drivers = Drivers(self.workdir, self.url, standby)
@@ -912,6 +912,8 @@ def main() -> int:
     parser.add_argument("--gap", type=float, default=30.0, help="mean seconds between faults")
     parser.add_argument("--dup-window", type=float, default=5.0, help="the targets' duplicate window (s)")
     parser.add_argument("--stream-rate", type=float, default=100.0, help="stream messages per second")
+    parser.add_argument("--dst-history", type=int, default=KV_HISTORY,
+                        help="the target bucket's history (more than the source's keeps every copy for the check)")
     parser.add_argument("--kv-rate", type=float, default=10.0, help="bucket updates per second")
     parser.add_argument("--catch-up", type=float, default=600.0, help="deadline for the copies to catch up (s)")
     parser.add_argument("--out", default=str(Path(__file__).parent / "results" / "chaos.md"))

@@ -160,14 +160,16 @@ async def stored_ids(nc: Any, plan: GuardPlan, run: str, after: int, deadline: f
                     msg = await asyncio.wait_for(queue.get(), min(left, 5.0))
                 except asyncio.TimeoutError:
                     break  # the pull expired: ask again
-                if not msg.reply:  # a status (408 expired, 404 none): pull again
+                if not msg.reply:  # a status (408 expired, 404 none): done, or the replica still catching up
+                    if await _nothing_left(nc, plan, seen, end):
+                        return frozenset(found)
                     break
                 got += 1
                 seen, _, _, pending = fast_fields(msg.reply.encode())
                 msg_id = (msg.headers or {}).get("Nats-Msg-Id")
                 if msg_id and msg_id.startswith(prefix):
                     found.add(msg_id)
-                if pending == 0:
+                if pending == 0 and await _nothing_left(nc, plan, seen, end):
                     return frozenset(found)
     finally:
         await sub.unsubscribe()
@@ -176,6 +178,20 @@ async def stored_ids(nc: Any, plan: GuardPlan, run: str, after: int, deadline: f
         except Exception:  # ephemeral: the inactive threshold reaps it
             log.debug("could not delete consumer %s", name)
     return frozenset(found)
+
+
+async def _nothing_left(nc: Any, plan: GuardPlan, seen: int, end: int) -> bool:
+    """Whether the stream's leader holds no message after ``seen`` up to ``end``.
+
+    The consumer's ``pending`` (and a pull that expires empty) speak for the replica holding
+    the consumer, and nats-server places an R1 consumer on any peer of a replicated stream: a
+    follower that lags (a node just restarted or thawed) says 0 while the leader holds more.
+    Ending the scan there let a replay publish again what was stored (the chaos soak's R3
+    bucket copy). ``STREAM.MSG.GET`` is answered by the leader."""
+    if seen >= end:
+        return True
+    following = await jsapi.next_message(nc, plan.target_stream, seen + 1, prefix=plan.api_prefix)
+    return following is None or following.seq > end
 
 
 async def forget(nc: Any, plan: GuardPlan, run: str) -> None:
