@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import datetime as dt
 import json
 import os
+import re
 import threading
 import time
 from collections.abc import Callable
@@ -341,6 +343,16 @@ def spark_submit_command(master: str, executor_python: str | None = None) -> lis
             "--conf", f"spark.pyspark.python={executor_python or sys.executable}",
             "--conf", f"spark.pyspark.driver.python={sys.executable}",
             "--conf", f"spark.python.authenticate.socketTimeout={PYTHON_START_TIMEOUT}"]
+
+
+def server_time(text: str) -> dt.datetime:
+    """A time as the server writes it (RFC 3339 in UTC, 0 to 9 fraction digits: ``...:32.66506Z``)
+    as an aware datetime. ``fromisoformat`` on a fixed-width slice broke on a fraction whose
+    trailing zero the server drops."""
+    found = re.fullmatch(r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.(\d+))?Z", text)
+    assert found, f"not a server time: {text!r}"
+    whole = dt.datetime.fromisoformat(found.group(1)).replace(tzinfo=dt.timezone.utc)
+    return whole + dt.timedelta(microseconds=int((found.group(2) or "0")[:6].ljust(6, "0")))
 
 
 def worker_log(spark: Any, logger: str) -> list[str]:

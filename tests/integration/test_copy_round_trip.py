@@ -13,7 +13,7 @@ import re
 
 from pyspark.sql import functions as F
 
-from ..helpers import jetstream_writer, wait_until, write
+from ..helpers import jetstream_writer, server_time, wait_until, write
 
 
 def _user_headers(headers: dict[str, list[str]]) -> dict[str, list[str]]:
@@ -73,7 +73,7 @@ def _compare(nats_client, originals, target, sink_src, py_src, preserve, before)
             assert c.headers["Nats-TTL"] == original.headers["Nats-TTL"]
         else:  # the copy keeps the original's absolute expiry: the TTL left, rounded up
             left = int(c.headers["Nats-TTL"][0])
-            original_expiry = dt.datetime.fromisoformat(original.time[:26] + "+00:00") + dt.timedelta(hours=1)
+            original_expiry = server_time(original.time) + dt.timedelta(hours=1)
             assert 0 < left <= 3600 and before + dt.timedelta(seconds=left - 1) <= original_expiry
 
 

@@ -11,14 +11,14 @@ import datetime as dt
 from pyspark.errors import StreamingQueryException
 from pyspark.sql import functions as F
 
-from ..helpers import forget_last_commit, publish, wait_until
+from ..helpers import forget_last_commit, publish, server_time, wait_until
 
 WINDOW_NS = 2 * 10**9
 
 
 def _past_the_window(client, stream: str) -> None:
     """Wait until the duplicate window of every message ``stream`` holds has ended."""
-    last = max(dt.datetime.fromisoformat(m.time[:26] + "+00:00") for m in client.messages(stream))
+    last = max(server_time(m.time) for m in client.messages(stream))
     ends = last + dt.timedelta(seconds=WINDOW_NS / 1e9 + 0.5)
     wait_until(lambda: dt.datetime.now(dt.timezone.utc) > ends, timeout=30, interval=0.1,
                what="the duplicate window to pass")

@@ -9,7 +9,7 @@ import pytest
 from pyspark.sql import Row
 from pyspark.sql import functions as F
 
-from ..helpers import wait_until, write
+from ..helpers import server_time, wait_until, write
 
 
 def test_auto_registration_needs_no_register_call(spark, nats_server, nats_client, stream_name):
@@ -103,7 +103,7 @@ def test_preserve_expiry_copies_remaining_lifetime(spark, nats_server, nats_clie
     msgs = {m.data: m for m in nats_client.messages(stream_name)}
     assert set(msgs) == {b"in_2m", b"never"}
     stored_ttl = int(msgs[b"in_2m"].headers["Nats-TTL"][0])
-    stored_at = dt.datetime.fromisoformat(msgs[b"in_2m"].time[:26] + "+00:00")
+    stored_at = server_time(msgs[b"in_2m"].time)
     # The TTL is the lifetime left when the row was encoded (after `now`, before `stored_at`), rounded
     # up: the copy never expires before the original, and later only by the encode-to-store time + 1s.
     original = now + dt.timedelta(seconds=120)
