@@ -39,7 +39,7 @@ def _step_down(client: SyncNats, stream: str) -> str:
 
 
 def test_r3_pipeline_survives_step_down_and_node_loss(spark, nats_cluster, tmp_path):
-    count = 30_000
+    count = 12_000
     client = SyncNats(nats_cluster.url)
     try:
         client.add_stream("CSRC", ["csrc.>"], storage="file", num_replicas=3)
@@ -48,11 +48,11 @@ def test_r3_pipeline_survives_step_down_and_node_loss(spark, nats_cluster, tmp_p
 
         first_gate = (str(tmp_path / "reached-1"), str(tmp_path / "release-1"))
         second_gate = (str(tmp_path / "reached-2"), str(tmp_path / "release-2"))
-        gate_one = gate_at_sequence(6_500, *first_gate)
-        gate_two = gate_at_sequence(16_500, *second_gate)
+        gate_one = gate_at_sequence(2_500, *first_gate)
+        gate_two = gate_at_sequence(6_500, *second_gate)
 
         source = (spark.readStream.format("jetstream").option("servers", nats_cluster.url).option("stream", "CSRC")
-                  .option("startingOffsets", "earliest").option("maxMessagesPerTrigger", "4000")
+                  .option("startingOffsets", "earliest").option("maxMessagesPerTrigger", "1600")
                   .option("numPartitions", "2").option("batchSize", "500").option("consume.maxMessages", "1000")
                   .option("consume.expires", "5s").load())
         schema = source.schema
@@ -63,16 +63,16 @@ def test_r3_pipeline_survives_step_down_and_node_loss(spark, nats_cluster, tmp_p
                  .option("checkpointLocation", str(tmp_path / "chk")).option("ackTimeout", "30s")
                  .trigger(processingTime="200 milliseconds").start())
         try:
-            wait_until(lambda: os.path.exists(first_gate[0]), timeout=180, what="the query reached sequence 6500")
+            wait_until(lambda: os.path.exists(first_gate[0]), timeout=180, what="the query reached sequence 2500")
             _step_down(client, "CSRC")
             _step_down(client, "CDST")
             open(first_gate[1], "w").close()
 
-            wait_until(lambda: os.path.exists(second_gate[0]), timeout=180, what="the query reached sequence 16500")
+            wait_until(lambda: os.path.exists(second_gate[0]), timeout=180, what="the query reached sequence 6500")
             victim = nats_cluster.node_named(_leader(client, "CDST"))
             victim.stop(kill=True)
             open(second_gate[1], "w").close()
-            wait_until(lambda: client.stored_count("CDST") >= 24_000 or query.exception(),
+            wait_until(lambda: client.stored_count("CDST") >= 9_600 or query.exception(),
                        timeout=240, what="the query went on without the killed node")
             assert query.exception() is None, query.exception()
             victim.start()

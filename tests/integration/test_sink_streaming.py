@@ -112,6 +112,9 @@ def test_task_failing_mid_batch_restarts_exactly_once(spark, nats_server, nats_c
     assert sorted(datas) == sorted(f"row-{i}".encode() for i in range(3 * rows_per_file))
 
 
+# Two spark-submit drivers (~100 s, 2 JVMs): run on request (-m slow) with the chaos soak, which kills
+# drivers mid-batch too; CI keeps the in-process crash replays (test_faults, test_replay_past_window).
+@pytest.mark.slow
 def test_driver_killed_mid_batch_restarts_exactly_once(nats_server, nats_client, stream_name, tmp_path):
     """SIGKILL the whole job (driver JVM and Python workers) while micro-batch 1 is being
     published; the restarted job replays it from the checkpoint without duplicates."""
