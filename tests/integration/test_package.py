@@ -10,8 +10,6 @@ import sys
 import zipfile
 from pathlib import Path
 
-from pyspark_jetstream.server import EmbeddedNatsServer
-
 from ..helpers import readme_python_block, run_script
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -66,8 +64,21 @@ def test_the_wheel_in_a_fresh_venv_writes_and_reads_from_a_plain_script(tmp_path
     installed, direct_url = where.splitlines()[:2]
     assert installed.startswith(str(venv)) and "site-packages" in installed  # not this tree, not editable
     assert '"editable"' not in direct_url
+    # The README's own-code script, as it is, with no NATS_URL: the wheel's [server] extra starts
+    # the local server (this is also the README script's test: one Spark driver run, not two).
     script = tmp_path / "first_job.py"
     script.write_text(readme_python_block("# first_job.py"))
-    with EmbeddedNatsServer() as server:
-        out = run_script(python, script, env={"NATS_URL": server.url}, cwd=tmp_path)
+    out = run_script(python, script, cwd=tmp_path)
+    # The batch read's table shows the three orders with their TTLs (the null one took defaultTtl);
+    # the write's two partitions publish side by side, so the sequences are 1..3 in either order.
+    table = [line for line in out.splitlines() if line.startswith("|") and "orders.c" in line]
+    cells = [[cell.strip() for cell in line.strip("|").split("|")] for line in table]
+    assert sorted(row[0] for row in cells) == ["1", "2", "3"]
+    assert sorted(row[1:4] for row in cells) == [
+        ["orders.c1", '{"id": 1, "amount": 9.5}', "1h"],
+        ["orders.c1", '{"id": 3, "amount": 4.25}', "never"],
+        ["orders.c2", '{"id": 2, "amount": 20.0}', "30m"],
+    ]
+    assert all(row[4] != "NULL" for row in cells if row[3] != "never")  # expires_at for a finite TTL
+    # The streaming copy carried every order to ORDERS_COPY.
     assert "ORDERS_COPY: ['copy.orders.c1', 'copy.orders.c1', 'copy.orders.c2']" in out.splitlines()

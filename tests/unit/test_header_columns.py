@@ -43,7 +43,7 @@ def same(a: header_columns.HeaderColumns, b: header_columns.HeaderColumns) -> No
         assert a.first[key].to_pylist() == b.first[key].to_pylist(), key
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(st.lists(block, max_size=12) | st.lists(block, min_size=100, max_size=400))
 def test_columnar_and_per_row_decode_every_batch_the_same(blocks):
     fast = header_columns.columnar(blocks, MAP, NAMES)
@@ -113,7 +113,7 @@ def one_producer(draw):
     return blocks, perturbed
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(one_producer())
 def test_batches_of_one_producers_shape_decode_the_same_on_their_own_path(drawn):
     blocks, perturbed = drawn
