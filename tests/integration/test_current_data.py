@@ -71,7 +71,8 @@ def test_a_latest_view_of_a_bucket_being_written_holds_every_key(spark, nats_ser
             rows = df.select("key", "data", "seq", F.spark_partition_id().alias("part")).collect()
             after = _values(nats_client, kv, keys)
             got = {r.key: int(r.data) for r in rows}
-            assert len(rows) == len(got) == 30, sorted(rows)  # every key once
+            # every key once (on failure: every row, with its partition, in full: seen once in CI, cause open)
+            assert len(rows) == len(got) == 30, "\n" + "\n".join(str(r) for r in sorted(rows))
             assert sorted(got) == kv_keys(nats_client, kv_of(nats_client, bucket))
             for k in keys:  # a value the key held while the read ran
                 assert before[k] <= got[k] <= after[k], (k, before[k], got[k], after[k])
