@@ -14,13 +14,7 @@ from pyspark.sql import functions as F
 
 from pyspark_jetstream.tools.server import EmbeddedNatsServer, _free_port
 
-from ..helpers import SyncNats, finished, jetstream_writer, publish, wait_until
-
-
-def _micros(rfc3339: str) -> dt.datetime:
-    """The server's RFC 3339 time (up to 9 fraction digits, trailing zeros dropped) to microseconds, UTC."""
-    whole, _, fraction = rfc3339.rstrip("Z").partition(".")
-    return dt.datetime.fromisoformat(f"{whole}.{(fraction + '000000')[:6]}+00:00")
+from ..helpers import SyncNats, finished, jetstream_writer, publish, server_time, wait_until
 
 
 def _answers(client: SyncNats, prefix: str) -> bool:
@@ -137,5 +131,5 @@ def test_messages_with_the_v2_ack_subject_layout_are_read(spark, tmp_path):
         stored = client.messages("V2")
         assert [(r.seq, r.data, r.subject) for r in rows] == [(m.seq, m.data, m.subject) for m in stored]
         # Spark hands timestamps back in the session time zone, without tzinfo.
-        assert [r.timestamp.astimezone(dt.timezone.utc) for r in rows] == [_micros(m.time) for m in stored]
+        assert [r.timestamp.astimezone(dt.timezone.utc) for r in rows] == [server_time(m.time) for m in stored]
         client.close()

@@ -8,7 +8,7 @@ import json
 import pytest
 from pyspark.sql import functions as F
 
-from ..helpers import finished, history, publish, wait_until
+from ..helpers import finished, history, publish, server_time, wait_until
 
 
 def read(spark, server, **options):
@@ -83,7 +83,7 @@ def test_starting_options_streaming(spark, nats_server, nats_client, filled, tmp
     assert json.loads(q.lastProgress["sources"][0]["endOffset"])["seq"] == 60  # ... which it planned up to
     # startingTimestamp: the first message at or after a moment between two publishes. The moment
     # is at least 2 ms after the last stored message, so its epoch-ms floor is still after it.
-    last = dt.datetime.fromisoformat(nats_client.stream_state(filled)["last_ts"][:26] + "+00:00")
+    last = server_time(nats_client.stream_state(filled)["last_ts"])
     wait_until(lambda: dt.datetime.now(dt.timezone.utc) >= last + dt.timedelta(milliseconds=2), timeout=5)
     moment = dt.datetime.now(dt.timezone.utc)
     publish(nats_client, f"{filled}.late", 3, start=100)
