@@ -153,13 +153,12 @@ def _offset(offset) -> str:
 def lag(source) -> int | str:
     """Sequences the query has still to read after this micro-batch: the stream's last sequence
     (``latestOffset``, which the connector reports) minus the batch's end. PySpark gives no metrics
-    hook to Python sources, so the lag is read from the progress's offsets (JSON on PySpark 4.2+)."""
-    import json
+    hook to Python sources, so the lag is read from the progress's offsets (``progress.lag`` reads
+    them on every PySpark: JSON on 4.2+, a Python repr on 4.0 and 4.1)."""
+    from pyspark_jetstream.progress import lag as lag_of
 
-    try:
-        return int(json.loads(source.latestOffset)["seq"]) - int(json.loads(source.endOffset)["seq"])
-    except (TypeError, ValueError, KeyError):
-        return "?"
+    value = lag_of(source)
+    return "?" if value is None else value
 
 
 def _expiry(stored: dt.datetime, ttl: str) -> str:

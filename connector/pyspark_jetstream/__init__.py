@@ -3,9 +3,12 @@
 After ``pip install pyspark-jetstream``, ``format("jetstream")`` works with no
 registration call: Spark imports top-level ``pyspark_*`` modules and registers
 their ``DefaultSource``. This module therefore imports only the data source
-class (and the error types), never nats-py or pyarrow.
+class (and the error types), never nats-py or pyarrow. Without PySpark 4.0 or newer (the
+package does not require one: a platform brings its own), the import fails with one line
+saying what to install (``spark_api``).
 """
 
+from . import spark_api  # noqa: F401  (first: the PySpark check)
 from .datasource import JetStreamDataSource
 from .errors import (
     AckTimeoutError,

@@ -59,6 +59,16 @@ def test_the_wheel_in_a_fresh_venv_writes_and_reads_from_a_plain_script(tmp_path
     done = subprocess.run([python, "-m", "pip", "install", "-q", f"{wheel}[server]"], capture_output=True,
                           text=True, timeout=900)
     assert done.returncode == 0, done.stderr[-4000:]
+    # PySpark is not a requirement (a platform brings its own): without one, the import says what to install.
+    bare = subprocess.run([python, "-c", "import pyspark_jetstream"], capture_output=True, text=True, timeout=120)
+    assert bare.returncode == 1
+    assert bare.stderr.strip().splitlines()[-1] == (
+        "ImportError: pyspark-jetstream needs PySpark 4.0 or newer, and no PySpark is installed: pip install "
+        "'pyspark>=4.0' (or 'pyspark-jetstream[spark]'; with Spark Connect, 'pyspark-client' on the client and "
+        "the connector on the Connect server).")
+    done = subprocess.run([python, "-m", "pip", "install", "-q", f"{wheel}[spark,server]"], capture_output=True,
+                          text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-4000:]
     where = run_script(python, "-c", "import pyspark_jetstream as p, importlib.metadata as m; "
                        "print(p.__file__); print(m.distribution('pyspark-jetstream').read_text('direct_url.json'))")
     installed, direct_url = where.splitlines()[:2]

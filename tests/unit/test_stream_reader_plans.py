@@ -3,11 +3,10 @@ per micro-batch, and a replayed batch (planned before a restart) asks the server
 
 from __future__ import annotations
 
-from pyspark.sql.streaming.datasource import ReadAllAvailable
-
 from pyspark_jetstream.options import parse_source_options
 from pyspark_jetstream.source import reader
 from pyspark_jetstream.source.planning import StreamBounds
+from pyspark_jetstream.spark_api import ReadAllAvailable
 
 
 def test_one_stream_info_per_micro_batch(monkeypatch):

@@ -77,6 +77,15 @@ async def request(nc, api: str, body: dict[str, Any] | None = None, timeout: flo
     return reply
 
 
+def server_version(nc) -> tuple[int, int, int] | None:
+    """The connected server's version (from its INFO), or None when it does not parse."""
+    version = nc.connected_server_version
+    try:
+        return version.major, version.minor, version.patch
+    except (TypeError, ValueError):
+        return None
+
+
 async def stream_info(nc, stream: str, prefix: str = API_PREFIX) -> dict[str, Any] | None:
     """``STREAM.INFO`` reply, or ``None`` when the stream does not exist."""
     try:

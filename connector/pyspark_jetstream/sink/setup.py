@@ -12,6 +12,7 @@ from ..logs import get_logger
 from ..options import parse_sink_options
 from ..protocol import kv
 from ..protocol.durability import durability_risks
+from ..spark_api import ARROW_STREAM_WRITER
 from . import replay_guard, sequencer, stream_admin
 from .encoder import EncoderConfig, layout_from_schema
 from .writer import SinkPlan
@@ -32,6 +33,11 @@ def plan_sink(raw_options: Mapping[str, str], schema: Any, *, overwrite: bool, s
             "The JetStream sink only appends: a stream cannot be overwritten by a write. Use mode('append')."
         )
     opts = parse_sink_options(raw_options)
+    row_schema = None
+    if streaming and not ARROW_STREAM_WRITER:
+        from .row_batches import arrow_schema_of
+
+        row_schema = arrow_schema_of(schema)  # the rows' own schema, before sequenceBy adds a column
     sequence_column = None
     if opts.sequence_by is not None:
         try:
@@ -106,7 +112,7 @@ def plan_sink(raw_options: Mapping[str, str], schema: Any, *, overwrite: bool, s
     if sequence_column is not None:
         sequence = sequencer.SequencePlan(column=sequence_column, tag=sequence_tag, direct=direct)
     return SinkPlan(options=opts, layout=layout, encoder=encoder, run_id=run_id, guard=guard,
-                    stream_subjects=stream_subjects, sequence=sequence)
+                    stream_subjects=stream_subjects, sequence=sequence, row_schema=row_schema)
 
 
 def _guard_plan(opts: Any, streaming: bool) -> replay_guard.GuardPlan | None:

@@ -23,11 +23,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from pyspark.sql.datasource import (
-    DataSourceArrowWriter,
-    DataSourceStreamArrowWriter,
-    WriterCommitMessage,
-)
+from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
 
 from ..client import jsapi, runtime
 from ..errors import PublishError
@@ -45,6 +41,7 @@ from ..protocol.headers import (
     DLQ_TRUNCATED,
     DLQ_TTL,
 )
+from ..spark_api import ARROW_STREAM_WRITER, StreamWriterBase
 from .encoder import EncoderConfig, InputLayout, MsgIds, OutFrame, RowRejection
 from .replay_guard import GuardPlan
 from .sequencer import SequencePlan
@@ -68,6 +65,7 @@ class SinkPlan:
     guard: GuardPlan | None = None  # exactly-once past the duplicate window (replay_guard)
     stream_subjects: tuple[str, ...] | None = None  # the subjects of option 'stream', as checked at start
     sequence: SequencePlan | None = None  # option 'sequenceBy' (sink/sequencer.py)
+    row_schema: Any = None  # the input's pyarrow.Schema, where Spark gives the writer rows (row_batches)
 
 
 @dataclass
@@ -486,11 +484,17 @@ class JetStreamBatchWriter(DataSourceArrowWriter):
         log.warning("JetStream batch write aborted; rows already stored stay in the stream (ids are idempotent).")
 
 
-class JetStreamStreamWriter(DataSourceStreamArrowWriter):
+class JetStreamStreamWriter(StreamWriterBase):
+    """Arrow batches from PySpark 4.1 on; rows on 4.0, gathered into batches first (``row_batches``)."""
+
     def __init__(self, plan: SinkPlan) -> None:
         self.plan = plan
 
     def write(self, iterator: Iterator[Any]) -> SinkCommitMessage:
+        if not ARROW_STREAM_WRITER:
+            from .row_batches import row_batches
+
+            iterator = row_batches(iterator, self.plan.row_schema)
         return write_partition(self.plan, iterator)
 
     def commit(self, messages: list[Any], batchId: int) -> None:

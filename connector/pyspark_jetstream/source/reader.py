@@ -14,17 +14,18 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
-from pyspark.sql.streaming.datasource import (
-    ReadAllAvailable,
-    ReadLimit,
-    ReadMaxRows,
-    SupportsTriggerAvailableNow,
-)
 
 from ..client import jsapi, runtime
 from ..errors import DataLossError, JetStreamApiError, OptionError, StreamConfigError, StreamRecreatedError
 from ..logs import get_logger
 from ..options import SourceOptions
+from ..spark_api import (
+    AVAILABLE_NOW_BASES,
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    require_admission_control,
+)
 from .planning import (
     SPLIT_SUBJECT,
     StreamBounds,
@@ -286,14 +287,43 @@ class JetStreamBatchReader(DataSourceReader):
         return _read(self.opts, partition)
 
 
+def _require_server(opts: SourceOptions, needed: tuple[int, int], option: str, value: str, what: str) -> None:
+    """Refuse, when the query starts, an option the connected nats-server is too old for."""
+    async def version() -> tuple[int, int, int] | None:
+        return jsapi.server_version(await runtime.connection(opts.connection))
+
+    have = _ask_server(opts, version, "Connecting")
+    if have is not None and have[:2] < needed:
+        raise OptionError(option, value, f"It needs nats-server {needed[0]}.{needed[1]} or newer ({what}); the "
+                                         f"server is {'.'.join(map(str, have))}. Upgrade the server, or remove the "
+                                         "option.")
+
+
+def _recreated_between(start: dict, end: dict) -> bool:
+    """Whether ``start`` and ``end`` were planned against different streams of the same name."""
+    before, after = start.get("created"), end.get("created")
+    return before is not None and after is not None and before != after
+
+
 def _start_option(opts: SourceOptions) -> str:
     return "startingTimestamp" if opts.starting.kind == "timestamp" else "startingOffsets"
 
 
-class JetStreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
-    """``spark.readStream``: micro-batches over ``(start.seq, end.seq]``."""
+class JetStreamStreamReader(DataSourceStreamReader, *AVAILABLE_NOW_BASES):
+    """``spark.readStream``: micro-batches over ``(start.seq, end.seq]``.
+
+    From PySpark 4.2, Spark passes ``latestOffset`` the batch's start and read limit (admission
+    control) and offers ``Trigger.AvailableNow``. PySpark 4.0 and 4.1 call ``latestOffset()`` with
+    neither (on a new query, even before ``initialOffset``): the end is then the stream's last
+    sequence, the read limits are refused when the query starts (``spark_api``), and what needs the
+    start (a recreated stream, the first micro-batch of ``lastPerSubject``) is decided in
+    :meth:`partitions`, which Spark gives both ends on every version."""
 
     def __init__(self, opts: SourceOptions) -> None:
+        require_admission_control(opts.max_messages_per_trigger, opts.min_messages_per_trigger)
+        if opts.bookmark_consumer is not None:
+            _require_server(opts, (2, 14), "bookmarkConsumer", opts.bookmark_consumer,
+                            "the consumer reset API that moves the bookmark")
         self.opts = opts
         self._latest: StreamBounds | None = None
         self._planned: tuple[dict, StreamBounds] | None = None  # the last end offset planned, and its facts
@@ -324,7 +354,9 @@ class JetStreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         n = self.opts.max_messages_per_trigger
         return ReadMaxRows(n) if n is not None else ReadAllAvailable()
 
-    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+    def latestOffset(self, start: dict | None = None, limit: ReadLimit | None = None) -> dict:
+        if start is None:
+            return self._latest_without_start()
         bounds = _bounds(self.opts)
         self._latest = bounds
         first = offset_seq(start, self.opts.stream)
@@ -359,6 +391,15 @@ class JetStreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         self._planned = (end, bounds)
         return end
 
+    def _latest_without_start(self) -> dict:
+        """PySpark < 4.2: everything the stream holds now (Spark plans no batch when it equals the last
+        end). The split is recorded as ``_end_offset`` does, so that a replay splits the same way."""
+        bounds = _bounds(self.opts)
+        self._latest = bounds
+        end = self._end_offset(bounds.last_seq, bounds, -1)
+        self._planned = (end, bounds)
+        return end
+
     def reportLatestOffset(self) -> dict:
         """The stream's last sequence, for the progress's ``latestOffset`` (the lag); asked of the server when
         ``latestOffset`` has not run yet, so it is never reported as null by this reader. (A batch Spark
@@ -374,7 +415,9 @@ class JetStreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         s, e = offset_seq(start, self.opts.stream), offset_seq(end, self.opts.stream)
         if "reset" in end:
             s = int(end["reset"])  # the batch that follows a recreation of the stream
-        if e <= s:
+        # Planned without the start (PySpark < 4.2): the stream may have been recreated since the last batch.
+        recreated = "reset" not in end and _recreated_between(start, end)
+        if e <= s and not recreated:
             return []
         # One STREAM.INFO per micro-batch: the facts latestOffset just fetched to plan this very end
         # offset serve here too; a batch planned before a restart (a replay) asks the server again.
@@ -387,7 +430,18 @@ class JetStreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         # A replayed batch is split as its first attempt was: the count and the grouping are in the logged offset.
         by_subject, depth = offset_split(end)
         snapshot = bool(end.get(SNAPSHOT))
-        if snapshot and not by_subject:
+        if recreated:
+            s = restart_seq(bounds)
+            _recreated(self.opts, start, bounds, f"Reading the new stream from sequence {s + 1}")
+            if e <= s:
+                return []
+        elif start.get(SNAPSHOT_NEXT) and not snapshot and "reset" not in end:
+            # lastPerSubject's first micro-batch, planned without the start (PySpark < 4.2): the snapshot. Any
+            # split reads each subject's last message once, so a replay may choose its own.
+            snapshot = True
+            if not by_subject:
+                by_subject, depth = True, _split_depth(self.opts, bounds, self.opts.num_partitions)
+        elif snapshot and not by_subject:
             by_subject, depth = True, ALL  # a snapshot checkpointed before splits: one partition, as then
         return _plan_partitions(self.opts, s, e, bounds, offset_partitions(end, self.opts.num_partitions),
                                 depth=depth if by_subject else False, snapshot=snapshot)

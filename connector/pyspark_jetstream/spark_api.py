@@ -1,0 +1,98 @@
+"""What the running PySpark offers a Python data source: the one place that knows the versions.
+
+**Why.** The connector does not depend on ``pyspark`` (see ``pyproject.toml``): a platform brings
+its own (Databricks, EMR, Dataproc), Spark Connect users have ``pyspark-client``, and pip must
+never replace either. So the PySpark found at run time may be any release since the Python Data
+Source API appeared (4.0), and what later releases added is looked up here, by feature, once:
+
+- 4.0: readers and writers, Arrow batches from ``read()``, ``DataSourceArrowWriter``.
+- 4.1: ``DataSourceStreamArrowWriter`` (streaming writes in Arrow batches); before it, streaming
+  writes get rows, which the sink turns into Arrow batches itself.
+- 4.2: admission control for Python streaming sources (``latestOffset(start, limit)``,
+  ``ReadLimit``) and ``Trigger.AvailableNow`` (``SupportsTriggerAvailableNow``). Before it, Spark
+  calls ``latestOffset()`` with no arguments: a micro-batch reads everything new, and the read
+  limit options are refused when the query starts (:func:`require_admission_control`).
+
+Everything else imports these names from here, never from the version-specific modules.
+"""
+
+from __future__ import annotations
+
+import re
+
+MIN_VERSION = (4, 0)
+"""The first PySpark with the Python Data Source API."""
+_INSTALL = ("pip install 'pyspark>=4.0' (or 'pyspark-jetstream[spark]'; with Spark Connect, 'pyspark-client' "
+            "on the client and the connector on the Connect server)")
+
+try:
+    import pyspark
+except ImportError:  # one line that says what to do, not a traceback into Spark's modules
+    raise ImportError(f"pyspark-jetstream needs PySpark 4.0 or newer, and no PySpark is installed: {_INSTALL}.") \
+        from None
+
+
+def _parse(version: str) -> tuple[int, int]:
+    match = re.match(r"(\d+)\.(\d+)", version)
+    return (int(match.group(1)), int(match.group(2))) if match else (0, 0)
+
+
+VERSION_TEXT: str = getattr(pyspark, "__version__", "unknown")
+VERSION: tuple[int, int] = _parse(VERSION_TEXT)
+if VERSION < MIN_VERSION:
+    raise ImportError(f"pyspark-jetstream needs PySpark 4.0 or newer (the Python Data Source API); this is PySpark "
+                      f"{VERSION_TEXT}: {_INSTALL}.")
+
+from pyspark.sql.datasource import DataSourceStreamWriter  # noqa: E402  (after the version check)
+
+try:
+    from pyspark.sql.streaming.datasource import (
+        ReadAllAvailable,
+        ReadLimit,
+        ReadMaxRows,
+        SupportsTriggerAvailableNow,
+    )
+
+    ADMISSION_CONTROL = True
+    AVAILABLE_NOW_BASES: tuple[type, ...] = (SupportsTriggerAvailableNow,)
+except ImportError:  # PySpark 4.0 and 4.1
+    ADMISSION_CONTROL = False
+    AVAILABLE_NOW_BASES = ()
+
+    class ReadLimit:  # type: ignore[no-redef]
+        """Stand-in: never passed by a PySpark without admission control."""
+
+    class ReadAllAvailable(ReadLimit):  # type: ignore[no-redef]
+        pass
+
+    class ReadMaxRows(ReadLimit):  # type: ignore[no-redef]
+        def __init__(self, max_rows: int) -> None:
+            self.max_rows = max_rows
+
+try:
+    from pyspark.sql.datasource import DataSourceStreamArrowWriter as StreamWriterBase
+
+    ARROW_STREAM_WRITER = True
+except ImportError:  # PySpark 4.0: streaming writes are given rows
+    StreamWriterBase = DataSourceStreamWriter  # type: ignore[assignment,misc]
+    ARROW_STREAM_WRITER = False
+
+ADMISSION_CONTROL_VERSION = "4.2"
+"""The first PySpark that lets a Python streaming source limit its micro-batches."""
+
+
+def require_admission_control(max_messages: int | None, min_messages: int | None) -> None:
+    """Refuse, when the query starts, the read limits a PySpark without admission control would ignore
+    (each micro-batch would read everything new: more, or sooner, than the user asked for).
+    (``maxTriggerDelay`` is only accepted beside ``minMessagesPerTrigger``.)"""
+    if ADMISSION_CONTROL:
+        return
+    from .errors import OptionError
+
+    for name, value in (("maxMessagesPerTrigger", max_messages), ("minMessagesPerTrigger", min_messages)):
+        if value is not None:
+            raise OptionError(name, str(value),
+                              f"Limiting micro-batches needs PySpark {ADMISSION_CONTROL_VERSION} or newer (admission "
+                              f"control for Python streaming sources); this is PySpark {VERSION_TEXT}, where each "
+                              "micro-batch reads everything new. Remove the option, or run on PySpark "
+                              f"{ADMISSION_CONTROL_VERSION}+.")
