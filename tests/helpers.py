@@ -494,3 +494,12 @@ def latest(client: SyncNats, kv: Any, key: str) -> Any:
         return client.run(kv.get(key)).value
     except nats.js.errors.KeyNotFoundError as exc:
         return exc.op or "missing"
+
+
+def read_limit(rows: int) -> dict[str, str]:
+    """``maxMessagesPerTrigger=rows`` where this PySpark lets a Python source limit its micro-batches
+    (4.2+); nothing on 4.0 and 4.1, which refuse it (a test then reads everything in one batch)."""
+    from pyspark_jetstream.spark_api import ADMISSION_CONTROL
+
+    return {"maxMessagesPerTrigger": str(rows)} if ADMISSION_CONTROL else {}
+

@@ -11,7 +11,7 @@ import datetime as dt
 from pyspark.errors import StreamingQueryException
 from pyspark.sql import functions as F
 
-from ..helpers import forget_last_commit, publish, server_time, wait_until
+from ..helpers import forget_last_commit, publish, read_limit, server_time, wait_until
 
 WINDOW_NS = 2 * 10**9
 
@@ -26,7 +26,7 @@ def _past_the_window(client, stream: str) -> None:
 
 def _copy(spark, url: str, source: str, target: str, checkpoint, partitions: int = 2, **options: str):
     df = (spark.readStream.format("jetstream").option("servers", url).option("stream", source)
-          .option("startingOffsets", "earliest").option("maxMessagesPerTrigger", "200")
+          .option("startingOffsets", "earliest").options(**read_limit(200))
           .option("numPartitions", str(partitions)).load())
     w = (df.select(F.concat(F.lit(f"{target}."), F.col("subject")).alias("subject"), "data", "stream", "seq")
          .writeStream.format("jetstream").option("servers", url).option("stream", target)
