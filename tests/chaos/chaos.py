@@ -798,18 +798,31 @@ class Phase:
 async def read_all(nc, stream: str) -> list:
     """Every message ``stream`` holds, in sequence order, through an ephemeral AckNone consumer."""
     import nats.js.api
+    import nats.js.errors
 
     js = nc.jetstream()
-    info = await js.stream_info(stream)
-    want = info.state.messages
-    sub = await js.pull_subscribe("", stream=stream, config=nats.js.api.ConsumerConfig(
-        ack_policy="none", inactive_threshold=60.0, mem_storage=True, num_replicas=1))
-    out = []
     deadline = time.monotonic() + 300
-    while len(out) < want and time.monotonic() < deadline:
-        with contextlib.suppress(nats.errors.TimeoutError):
-            out.extend(await sub.fetch(5000, timeout=5))
-    await sub.unsubscribe()
+    while True:  # a cluster just out of its faults may answer 503 for a while: read it all again
+        try:
+            info = await js.stream_info(stream)
+            want = info.state.messages
+            sub = await js.pull_subscribe("", stream=stream, config=nats.js.api.ConsumerConfig(
+                ack_policy="none", inactive_threshold=60.0, mem_storage=True, num_replicas=1))
+            out = []
+            try:
+                while len(out) < want and time.monotonic() < deadline:
+                    with contextlib.suppress(nats.errors.TimeoutError):
+                        out.extend(await sub.fetch(5000, timeout=5))
+            finally:
+                with contextlib.suppress(Exception):
+                    await sub.unsubscribe()
+            break
+        except (nats.js.errors.ServiceUnavailableError, nats.js.errors.APIError, nats.errors.TimeoutError,
+                nats.errors.NoRespondersError) as exc:
+            if time.monotonic() > deadline:
+                raise
+            print(f"  checker: reading {stream} failed ({type(exc).__name__}); reading it again", flush=True)
+            await asyncio.sleep(1)
     if len(out) < want:
         raise RuntimeError(f"read {len(out)} of {want} messages of {stream}")
     return sorted(out, key=lambda m: m.metadata.sequence.stream)
