@@ -98,3 +98,27 @@ def test_a_sequence_split_reads_every_message_once(spark, nats_server, nats_clie
     read = (spark.read.format("jetstream").option("servers", nats_server.url).option("stream", stream_name)
             .option("numPartitions", "4").option("split", "sequence").load())
     assert sorted(r.seq for r in read.select("seq").collect()) == list(range(1, 151))
+
+
+def test_a_copy_whose_order_was_broken_before_the_write_says_so_in_its_commit_line(spark, nats_server, nats_client,
+                                                                                   stream_name, worker_logging):
+    """A shuffle between read and write (here a sort by sequence, descending) hands the task every subject's
+    rows in reverse: the sink cannot restore the order, but it sees the source's sequences and counts the
+    rows that came after a later one of their subject (3 subjects x 9 steps back); a copy as read counts none."""
+    from ..helpers import worker_log
+
+    source = stream_name
+    nats_client.add_stream(source, [f"{source}.>"])
+    _interleaved(nats_client, [f"{source}.s{i}" for i in range(3)], 10)
+    rows = (spark.read.format("jetstream").option("servers", nats_server.url).option("stream", source).load()
+            .select(F.concat(F.lit("X"), F.col("subject")).alias("subject"), "data", "stream", "seq"))
+    for target, df in ((f"{source}_KEPT", rows), (f"{source}_BROKEN", rows.coalesce(1).sortWithinPartitions(F.desc("seq")))):
+        nats_client.add_stream(target, [f"X{source}.>"] if target.endswith("KEPT") else [f"Y{source}.>"])
+        out = df if target.endswith("KEPT") else df.withColumn("subject", F.regexp_replace("subject", "^X", "Y"))
+        jetstream_writer(out, nats_server.url, stream=target).save()
+    lines = [m for m in worker_log(spark, "pyspark_jetstream.sink") if "committed:" in m and stream_name in m]
+    kept = [m for m in lines if f"'{source}_KEPT'" in m]
+    broken = [m for m in lines if f"'{source}_BROKEN'" in m]
+    assert len(kept) == 1 and "source order was broken" not in kept[0], lines
+    assert len(broken) == 1 and ", 27 rows came after a later source sequence of their subject in the same task" \
+        in broken[0], lines

@@ -79,6 +79,7 @@ class SinkCommitMessage(WriterCommitMessage):
     already_stored: int = 0  # rows an earlier attempt of this run stored (replay_guard), not published again
     older_in_write: int = 0  # sequenceBy: rows left out for a newer row of their key in the same task
     older_than_stored: int = 0  # sequenceBy: rows not newer than their key's stored value
+    out_of_order: int = 0  # rows as read that came right after a later source sequence of their subject (order_check)
     run: str | None = None  # the task's run id (``<queryId>:<batchId>`` for a micro-batch)
     query_id: str | None = None  # a streaming write's query (the task's local properties), for the driver's log
     query_name: str | None = None
@@ -221,6 +222,13 @@ class WriteTask:
         self._streams_near: dict[str, list[tuple[str, list[str]]] | None] = {}  # see _where_subjects_go
         self.already = self._replayed()
         self.sequenced = None  # option 'sequenceBy': rows are reduced per key first (sequenced_write)
+        self.order = None  # rows as read: where a subject's source order arrived broken (order_check)
+        layout = plan.layout
+        if layout.as_read and layout.source_seq is not None and plan.sequence is None:
+            from .order_check import OrderCheck
+
+            self.order = OrderCheck(layout.key if opts.bucket is not None else layout.subject,
+                                    layout.source_stream, layout.source_seq)
         if plan.sequence is not None:
             from .sequenced_write import SequencedWrite
 
@@ -272,6 +280,8 @@ class WriteTask:
             self.sequenced.add(batch, self.position)
             self.position += batch.num_rows
             return
+        if self.order is not None:
+            self.order.add(batch)
         for part in slices(batch, max(MIN_SLICE, self.pub.low_water)):
             self._publish(part)
 
@@ -414,6 +424,7 @@ class WriteTask:
                                  markers_skipped=self.markers_skipped, already_stored=self.already_stored,
                                  older_in_write=self.sequenced.older_in_write if self.sequenced else 0,
                                  older_than_stored=self.sequenced.older_than_stored if self.sequenced else 0,
+                                 out_of_order=self.order.behind if self.order is not None else 0,
                                  run=self.msg_ids.run if self.msg_ids is not None else None,
                                  query_id=self.query_id, query_name=self.query_name)
 
@@ -441,7 +452,7 @@ def log_totals(messages: Iterable[Any], batch_id: int | None = None, target: str
     the query (its name, else its id, as the tasks saw them), so that the lines of two queries in one
     driver can be told apart."""
     totals = {"published": 0, "duplicates": 0, "dead_lettered": 0, "expired": 0, "markers_skipped": 0,
-              "already_stored": 0, "older_in_write": 0, "older_than_stored": 0}
+              "already_stored": 0, "older_in_write": 0, "older_than_stored": 0, "out_of_order": 0}
     query = None
     for m in messages:
         if isinstance(m, SinkCommitMessage):
@@ -464,7 +475,10 @@ def log_totals(messages: Iterable[Any], batch_id: int | None = None, target: str
         + (f", {totals['older_in_write'] + totals['older_than_stored']} older than their key's newest (sequenceBy) "
            f"skipped ({totals['older_than_stored']} not newer than the stored value, {totals['older_in_write']} "
            "superseded by a newer row in the write)" if totals["older_in_write"] or totals["older_than_stored"]
-           else ""),
+           else "")
+        + (f", {totals['out_of_order']} rows came after a later source sequence of their subject in the same task: "
+           "the source order was broken between the read and this write (a shuffle?), and the target stores "
+           "them so (see the README's 'Splits: order per subject')" if totals["out_of_order"] else ""),
         f" ({whose})" if whose else "",
     )
     return totals

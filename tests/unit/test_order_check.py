@@ -1,0 +1,42 @@
+"""The sink's count of rows whose source order was broken before they reached it (sink/order_check.py)."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+from pyspark_jetstream.sink.order_check import OrderCheck
+
+
+def _batch(rows):
+    subjects, streams, seqs = zip(*rows, strict=True) if rows else ((), (), ())
+    return pa.record_batch({"subject": pa.array(subjects, pa.string()), "stream": pa.array(streams, pa.string()),
+                            "seq": pa.array(seqs, pa.int64())})
+
+
+def test_rows_in_source_order_per_subject_count_nothing_however_interleaved():
+    check = OrderCheck("subject", "stream", "seq")
+    check.add(_batch([("a", "S", 1), ("b", "S", 2), ("a", "S", 3), ("b", "T", 1), ("b", "S", 9)]))
+    check.add(_batch([("a", "S", 10), ("b", "T", 2), ("b", "S", 11)]))
+    assert check.behind == 0
+
+
+def test_each_step_back_of_a_subject_counts_within_a_batch_and_across_batches():
+    check = OrderCheck("subject", "stream", "seq")
+    check.add(_batch([("a", "S", 5), ("b", "S", 6), ("a", "S", 3), ("a", "S", 4), ("b", "S", 7)]))
+    assert check.behind == 1  # a: 5 then 3
+    check.add(_batch([("b", "S", 2), ("a", "S", 6)]))  # b went back from 7 to 2; a goes on from 5
+    assert check.behind == 2
+    check.add(_batch([("a", "S", None), ("c", "S", 1)]))  # a null sequence is not a source position
+    assert check.behind == 2
+
+
+def test_the_same_sequence_from_two_streams_is_two_subjects_histories():
+    check = OrderCheck("subject", "stream", "seq")
+    check.add(_batch([("a", "S", 5), ("a", "T", 1), ("a", "S", 6), ("a", "T", 2)]))
+    assert check.behind == 0
+
+
+def test_without_a_subject_column_every_row_is_the_default_subjects():
+    check = OrderCheck(None, "stream", "seq")
+    check.add(_batch([("x", "S", 2), ("y", "S", 1)]))
+    assert check.behind == 1
