@@ -1,5 +1,6 @@
 """What differs between the PySpark versions the connector supports (4.0 to 4.3), tested on whichever
-runs these tests (``.ci/compat`` runs them on each): read limits need admission control (4.2+) and
+runs these tests: ``.ci/compat`` runs them in each cell (``.ci/run`` in the oldest); the main suite,
+on one PySpark, leaves them out by this file's name. Read limits need admission control (4.2+) and
 are refused at start before it; ``Trigger.AvailableNow``, ``lastPerSubject``'s first micro-batch, a
 recreated stream and the progress's offsets work on every version; streaming writes take Arrow
 batches from 4.1 and rows on 4.0."""
