@@ -694,10 +694,12 @@ SOURCE_OPTIONS: tuple[OptionSpec, ...] = (
                "Batch reads only: end at the last message stored at or before this time (instead of "
                "`endingOffsets`).", parse_timestamp),
     OptionSpec("maxMessagesPerTrigger", None, "Expected an integer >= 1.",
-               "Streaming: at most this many sequences per micro-batch (Spark's ReadMaxRows).", parse_int_range(1)),
+               "Streaming: at most this many sequences per micro-batch (Spark's ReadMaxRows). PySpark 4.2+ (refused "
+               "at start before: see [Compatibility](#compatibility)).", parse_int_range(1)),
     OptionSpec("minMessagesPerTrigger", None, "Expected an integer >= 1.",
                "Streaming: a micro-batch waits until at least this many new sequences are there, or until "
-               "`maxTriggerDelay` has passed (Kafka's `minOffsetsPerTrigger`). `availableNow` reads what is there.",
+               "`maxTriggerDelay` has passed (Kafka's `minOffsetsPerTrigger`). `availableNow` reads what is there. "
+               "PySpark 4.2+ (refused at start before).",
                parse_int_range(1)),
     OptionSpec("maxTriggerDelay", "15m", "Expected a duration of at least 1s, such as '15m'.",
                "Streaming, with `minMessagesPerTrigger`: the longest a micro-batch waits for that many sequences.",
@@ -717,7 +719,8 @@ SOURCE_OPTIONS: tuple[OptionSpec, ...] = (
                "`false` logs a warning with the range and goes on.", parse_bool),
     OptionSpec("bookmarkConsumer", None, "Expected a consumer name (letters, digits, '-' and '_').",
                "Streaming: a durable AckNone consumer of this name is moved to each committed offset, so NATS "
-               "tools show the query's progress and lag. Spark's checkpoint stays the source of truth.", parse_name),
+               "tools show the query's progress and lag. Spark's checkpoint stays the source of truth. nats-server "
+               "2.14+ (refused at start before).", parse_name),
     OptionSpec("includeMarkers", "true", "Expected 'true' or 'false'.",
                "Keep the delete markers the server places (`marker_reason` set); `false` drops them.", parse_bool),
     OptionSpec("batchSize", "10000", "Expected an integer from 1 to 1000000.",
