@@ -40,3 +40,12 @@ def test_without_a_subject_column_every_row_is_the_default_subjects():
     check = OrderCheck(None, "stream", "seq")
     check.add(_batch([("x", "S", 2), ("y", "S", 1)]))
     assert check.behind == 1
+
+
+def test_the_highest_sequence_of_each_subject_is_carried_over_many_batches():
+    check = OrderCheck("subject", "stream", "seq")
+    for first in (1, 11, 21):  # three batches in order for two subjects, then one going back for b only
+        check.add(_batch([("a", "S", first), ("b", "S", first + 1), ("a", "S", first + 2)]))
+    assert check.behind == 0
+    check.add(_batch([("a", "S", 40), ("b", "S", 12)]))
+    assert check.behind == 1

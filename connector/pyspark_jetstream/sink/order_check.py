@@ -8,8 +8,10 @@ columns of rows as read, so within a task it can count the rows that arrive afte
 of the same source stream and target subject (or key), and say so in its commit log line. Rows of
 one subject split over several tasks cannot be seen from any one task: the README says what to do.
 
-Column-wise per batch (one stable sort by stream and subject, neighbours compared); Python only per
-distinct (stream, subject) of a batch, to carry each one's last sequence into the next batch.
+Column-wise per batch, in Arrow's C++ kernels only: a batch whose sequences never go down needs no
+sort (rows as read come so); otherwise one stable sort by stream and subject and neighbours compared.
+Across batches, each (stream, subject)'s lowest sequence in the batch is joined with the highest
+one seen before in the task.
 """
 
 from __future__ import annotations
@@ -19,11 +21,14 @@ from typing import Any
 
 class OrderCheck:
     """Where one task's rows of a (source stream, subject) go backwards in source sequence: each row
-    right after a higher sequence of its own (stream, subject), within a batch or across batches."""
+    right after a higher sequence of its own (stream, subject) in a batch, and each (stream, subject)
+    whose lowest sequence in a batch is below the highest of an earlier batch."""
+
+    KEYS = ("stream", "subject")
 
     def __init__(self, subject: str | None, stream: str, seq: str) -> None:
         self.columns = (subject, stream, seq)  # subject None: every row goes to the one default subject
-        self.last: dict[tuple[Any, Any], int] = {}
+        self.seen: Any = None  # (stream, subject, top): the highest sequence of each, over earlier batches
         self.behind = 0
 
     def add(self, batch: Any) -> None:
@@ -40,24 +45,21 @@ class OrderCheck:
         n = len(seqs)
         if n == 0:
             return
-        table = pa.table({"stream": streams, "subject": subjects, "seq": seqs, "at": pa.array(range(n))})
-        table = table.sort_by([("stream", "ascending"), ("subject", "ascending"), ("at", "ascending")])
-        st, sj, sq = table.column("stream"), table.column("subject"), table.column("seq")
-        if n > 1:
-            same = pc.and_(pc.equal(st.slice(1), st.slice(0, n - 1)).fill_null(True),
-                           pc.equal(sj.slice(1), sj.slice(0, n - 1)).fill_null(True))
-            # Nulls compare as equal here only when both are null (one default subject, no stream).
-            same = pc.and_(same, pc.equal(pc.is_null(sj.slice(1)), pc.is_null(sj.slice(0, n - 1))))
-            down = pc.less(sq.slice(1), sq.slice(0, n - 1))
-            self.behind += pc.sum(pc.and_(same, down).cast(pa.int64())).as_py() or 0
-            starts = [0] + [i + 1 for i in pc.indices_nonzero(pc.invert(same)).to_pylist()]
+        table = pa.table({"stream": pc.fill_null(streams.cast(pa.string()), ""),
+                          "subject": pc.fill_null(subjects.cast(pa.string()), ""), "seq": seqs.cast(pa.int64())})
+        if n > 1 and (pc.min(pc.subtract(seqs.slice(1), seqs.slice(0, n - 1))).as_py() or 0) < 0:
+            ordered = table.append_column("at", pa.array(range(n))).sort_by(
+                [("stream", "ascending"), ("subject", "ascending"), ("at", "ascending")])
+            st, sj, sq = ordered.column("stream"), ordered.column("subject"), ordered.column("seq")
+            same = pc.and_(pc.equal(st.slice(1), st.slice(0, n - 1)), pc.equal(sj.slice(1), sj.slice(0, n - 1)))
+            self.behind += pc.sum(pc.and_(same, pc.less(sq.slice(1), sq.slice(0, n - 1)))).as_py() or 0
+        groups = table.group_by(list(self.KEYS), use_threads=False).aggregate([("seq", "min"), ("seq", "max")])
+        if self.seen is not None:
+            joined = groups.join(self.seen, keys=list(self.KEYS), join_type="inner", use_threads=False)
+            self.behind += pc.sum(pc.less(joined.column("seq_min"), joined.column("top"))).as_py() or 0
+            tops = pa.concat_tables([self.seen, groups.select([*self.KEYS, "seq_max"]).rename_columns(
+                [*self.KEYS, "top"])])
+            self.seen = tops.group_by(list(self.KEYS), use_threads=False).aggregate([("top", "max")]) \
+                .select([*self.KEYS, "top_max"]).rename_columns([*self.KEYS, "top"])
         else:
-            starts = [0]
-        lasts = [i - 1 for i in starts[1:]] + [n - 1]
-        first_seq, last_seq = pc.take(sq, starts).to_pylist(), pc.take(sq, lasts).to_pylist()
-        keys = zip(pc.take(st, starts).to_pylist(), pc.take(sj, starts).to_pylist(), strict=True)
-        for key, first, last in zip(keys, first_seq, last_seq, strict=True):  # carry each one's last sequence
-            before = self.last.get(key)
-            if before is not None and first < before:
-                self.behind += 1
-            self.last[key] = last if before is None else max(last, before)
+            self.seen = groups.select([*self.KEYS, "seq_max"]).rename_columns([*self.KEYS, "top"])
