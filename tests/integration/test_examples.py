@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 import pyarrow.parquet as pq
+import pytest
 
 from ..helpers import SyncNats, child_processes, spark_submit_command, wait_until
 
@@ -65,6 +66,7 @@ def _publish_orders(client: SyncNats, subject: str, first: int, count: int) -> N
     client.run(go(), timeout=120)
 
 
+@pytest.mark.slow  # 130 s of spark-submit; the same pipeline runs in CI on a standalone cluster (test_spark_cluster)
 def test_orders_pipeline_stops_on_sigterm_and_resumes_exactly_once(nats_server, nats_client, stream_name, tmp_path):
     source, target = f"{stream_name}O", f"{stream_name}I"
     nats_client.add_stream(source, [f"{source.lower()}.new"], allow_msg_ttl=True)

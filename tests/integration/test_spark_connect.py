@@ -8,11 +8,14 @@ import json
 import sys
 from pathlib import Path
 
+import pytest
+
 from ..helpers import run_script
 
 JOB = Path(__file__).parent / "jobs" / "connect_job.py"
 
 
+@pytest.mark.slow  # run by .ci/compat's ps43 cell; CI runs the Connect example (test_examples) instead
 def test_batch_and_streaming_round_trips_through_a_spark_connect_session(nats_server, nats_client, stream_name):
     out = run_script(sys.executable, JOB, nats_server.url, stream_name, timeout=400)
     result = json.loads(out.strip().splitlines()[-1])
