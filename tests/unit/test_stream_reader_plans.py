@@ -65,3 +65,22 @@ def test_split_sequence_keeps_contiguous_ranges(monkeypatch):
     end = r.latestOffset(start, ReadAllAvailable())
     assert "split" not in end
     assert [(p.first, p.last) for p in r.partitions(start, end)] == [(1, 10), (11, 20), (21, 30), (31, 40)]
+
+
+def test_without_a_start_pyspark_4_0_gets_the_streams_end_and_an_idle_poll_lists_nothing(monkeypatch):
+    """PySpark < 4.2 calls latestOffset() with no start: the end is the stream's last sequence, its split
+    recorded; a poll that finds nothing new returns the same end without listing the subjects again."""
+    last = [500]
+    listings = []
+    monkeypatch.setattr(reader, "_bounds", lambda opts: StreamBounds(first_seq=1, last_seq=last[0], created="t0",
+                                                                      num_subjects=1000))
+    monkeypatch.setattr(reader, "_split_depth", lambda opts, bounds, parts: listings.append(1) or None)
+    opts = parse_source_options({"stream": "S", "startingOffsets": "earliest", "numPartitions": "4"}, streaming=True)
+    r = reader.JetStreamStreamReader(opts)
+    first = r.latestOffset()
+    assert (first["seq"], first["split"], len(listings)) == (500, "subject", 1)
+    assert r.latestOffset() == first and len(listings) == 1  # idle: no new listing
+    last[0] = 510
+    assert r.latestOffset()["seq"] == 510 and len(listings) == 2
+    parts = r.partitions(r.initialOffset(), r.latestOffset())
+    assert len(parts) == 4 and {(p.first, p.last) for p in parts} == {(1, 510)}

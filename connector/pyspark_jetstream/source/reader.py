@@ -396,6 +396,9 @@ class JetStreamStreamReader(DataSourceStreamReader, *AVAILABLE_NOW_BASES):
         end). The split is recorded as ``_end_offset`` does, so that a replay splits the same way."""
         bounds = _bounds(self.opts)
         self._latest = bounds
+        planned = self._planned
+        if planned is not None and planned[0]["seq"] == bounds.last_seq and planned[1].created == bounds.created:
+            return planned[0]  # nothing new since the last poll: the same end, without listing subjects again
         end = self._end_offset(bounds.last_seq, bounds, -1)
         self._planned = (end, bounds)
         return end
