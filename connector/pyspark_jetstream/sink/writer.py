@@ -41,7 +41,7 @@ from ..protocol.headers import (
     DLQ_TRUNCATED,
     DLQ_TTL,
 )
-from ..spark_api import ARROW_STREAM_WRITER, StreamWriterBase
+from ..spark_api import StreamWriterBase
 from .encoder import EncoderConfig, InputLayout, MsgIds, OutFrame, RowRejection
 from .replay_guard import GuardPlan
 from .sequencer import SequencePlan
@@ -505,7 +505,7 @@ class JetStreamStreamWriter(StreamWriterBase):
         self.plan = plan
 
     def write(self, iterator: Iterator[Any]) -> SinkCommitMessage:
-        if not ARROW_STREAM_WRITER:
+        if self.plan.row_schema is not None:  # set by plan_sink where Spark gives rows (PySpark 4.0)
             from .row_batches import row_batches
 
             iterator = row_batches(iterator, self.plan.row_schema)
