@@ -16,7 +16,7 @@ Callers and tests check types and attributes, never message substrings::
     +-- PartitionReadError      a partition could not be read to its end
 
 Every message names what was wrong and what to do about it, and never contains
-a secret: secrets are kept in :class:`pyspark_jetstream.client.connection.Secret`,
+a secret: secrets are kept in :class:`pyspark_jetstream.options.spec.Secret`,
 whose ``repr`` and ``str`` are redacted.
 """
 

@@ -8,11 +8,12 @@ import pyarrow as pa
 import pytest
 from pyspark.sql.types import BinaryType, LongType, StringType, StructField, StructType, TimestampType
 
-from pyspark_jetstream.errors import OptionError, SchemaError, StreamConfigError
+from pyspark_jetstream.errors import OptionError, SchemaError
 from pyspark_jetstream.options import parse_sink_options
 from pyspark_jetstream.protocol import kv
 from pyspark_jetstream.protocol.frames import parse_hpub_frame
 from pyspark_jetstream.protocol.headers import parse_headers
+from pyspark_jetstream.protocol.stream_rules import StreamRuleError
 from pyspark_jetstream.sink.encoder import BatchEncoder, EncoderConfig, MsgIds, layout_from_schema
 
 UTC = dt.timezone.utc
@@ -141,17 +142,17 @@ def test_a_created_bucket_is_what_nats_py_create_key_value_makes():
 
 
 def test_validate_refuses_a_bucket_that_cannot_take_the_rows_and_update_fixes_it():
-    with pytest.raises(StreamConfigError, match="does not exist.*nats kv add B.*ensureBucket"):
+    with pytest.raises(StreamRuleError, match="does not exist.*nats kv add B.*ensureBucket"):
         kv.plan_bucket(None, "B", kv.BucketSettings(), "validate", needs_ttl=False, may_purge=False)
     old = {"name": "KV_B", "subjects": ["$KV.B.>"], "allow_rollup_hdrs": False, "allow_msg_ttl": False}
-    with pytest.raises(StreamConfigError, match="AllowMsgTTL false.*ensureBucket='update'"):
+    with pytest.raises(StreamRuleError, match="AllowMsgTTL false.*ensureBucket='update'"):
         kv.plan_bucket(old, "B", kv.BucketSettings(), "validate", needs_ttl=True, may_purge=False)
-    with pytest.raises(StreamConfigError, match="AllowRollup false.*PURGE"):
+    with pytest.raises(StreamRuleError, match="AllowRollup false.*PURGE"):
         kv.plan_bucket(old, "B", kv.BucketSettings(), "validate", needs_ttl=False, may_purge=True)
     assert kv.plan_bucket(old, "B", kv.BucketSettings(), "validate", needs_ttl=False, may_purge=False).action == "none"
     plan = kv.plan_bucket(old, "B", kv.BucketSettings(), "update", needs_ttl=True, may_purge=True)
     assert plan.action == "update" and plan.config["allow_msg_ttl"] and plan.config["allow_rollup_hdrs"]
-    with pytest.raises(StreamConfigError, match="mirror"):
+    with pytest.raises(StreamRuleError, match="mirror"):
         kv.plan_bucket({**old, "mirror": {"name": "KV_A"}}, "B", kv.BucketSettings(), "update", needs_ttl=False,
                        may_purge=False)
 

@@ -20,9 +20,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import StreamConfigError
 from .headers import EXPECTED_LAST_SUBJECT_SEQUENCE, KV_OPERATION, ROLLUP, parse_headers
-from .stream_rules import StreamPlan, check_ttl_transition
+from .stream_rules import StreamPlan, StreamRuleError, check_ttl_transition, plan_missing, refuse_mirror
 
 PUT, DEL, PURGE = "PUT", "DEL", "PURGE"
 OPERATIONS = (PUT, DEL, PURGE)
@@ -141,23 +140,16 @@ def plan_bucket(current: dict[str, Any] | None, bucket: str, settings: BucketSet
     """
     name = stream_name(bucket)
     if current is None:
-        if mode == "validate":
-            raise StreamConfigError(
-                f"KV bucket '{bucket}' does not exist (no stream {name}). Create it (e.g. `nats kv add {bucket}`) "
-                "or set the option ensureBucket to 'create'."
-            )
-        return StreamPlan("create", new_bucket_config(bucket, settings), ("created",))
-    if current.get("mirror"):
-        raise StreamConfigError(
-            f"KV bucket '{bucket}' is a mirror of '{current['mirror'].get('name')}': it does not accept writes. "
-            "Write to the origin bucket instead."
-        )
+        return plan_missing(mode, f"KV bucket '{bucket}' does not exist (no stream {name}). Create it (e.g. "
+                                  f"`nats kv add {bucket}`) or set the option ensureBucket to 'create'.",
+                            new_bucket_config(bucket, settings))
+    refuse_mirror(current, f"KV bucket '{bucket}'", "writes. Write to the origin bucket instead.")
     config = dict(current)
     changes: list[str] = []
 
     def need(setting: str, fix: str, change: str, **values: Any) -> None:
         if mode != "update":
-            raise StreamConfigError(
+            raise StreamRuleError(
                 f"KV bucket '{bucket}' has {setting}, but {fix} Set ensureBucket='update' to change it, or "
                 f"`nats stream edit {name}`."
             )
@@ -173,7 +165,7 @@ def plan_bucket(current: dict[str, Any] | None, bucket: str, settings: BucketSet
     marker = settings.limit_marker_ttl
     if marker is not None and current.get("subject_delete_marker_ttl", 0) != int(round(marker * _NS)):
         if current.get("deny_purge"):
-            raise StreamConfigError(
+            raise StreamRuleError(
                 f"KV bucket '{bucket}' has DenyPurge=true, which an update cannot turn off, and limit markers need "
                 "DenyPurge=false (ADR-43). Recreate the bucket, or drop the option 'bucket.limitMarkerTtl'."
             )

@@ -38,11 +38,11 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from ..errors import SchemaError
-from ..options import is_publish_subject
 from ..protocol import headers as hdrs
 from ..protocol import kv
 from ..protocol.frames import hpub_frame
 from ..protocol.headers import MSG_ID, TTL
+from ..protocol.subjects import is_publish_subject
 from ..protocol.ttl import InvalidTtl, TtlResolver, remaining_ttl_seconds
 
 INPUT_COLUMNS = ("subject", "data", "headers", "ttl", "expires_at", "msg_id")

@@ -9,7 +9,7 @@ from ..errors import JetStreamApiError, StreamConfigError
 from ..logs import get_logger
 from ..options import SinkOptions
 from ..protocol import kv
-from ..protocol.stream_rules import StreamPlan, plan_stream
+from ..protocol.stream_rules import StreamPlan, StreamRuleError, plan_stream
 
 log = get_logger("stream_admin")
 
@@ -53,7 +53,10 @@ async def _overlapping(nc, config: dict, prefix: str) -> str:
 async def ensure_stream(nc, opts: SinkOptions, needs_ttl: bool) -> dict:
     """Check (and per ``ensureStream`` create or update) the target stream; return its config as it now is."""
     info = await jsapi.stream_info(nc, opts.stream, opts.api_prefix)
-    plan = plan_stream(info["config"] if info else None, opts, needs_ttl)
+    try:
+        plan = plan_stream(info["config"] if info else None, opts.stream_request, needs_ttl)
+    except StreamRuleError as exc:
+        raise StreamConfigError(str(exc)) from None
     await _carry_out(nc, plan, f"stream '{opts.stream}'", "'stream.*'", opts.api_prefix)
     return plan.config if plan.config is not None else info["config"]
 
@@ -62,8 +65,11 @@ async def ensure_bucket(nc, opts: SinkOptions, needs_ttl: bool, *, may_purge: bo
     """Check (and per ``ensureBucket`` create or update) the target KV bucket's stream; warn when its
     duplicate window is short (exactly-once holds only for a replay inside it)."""
     info = await jsapi.stream_info(nc, kv.stream_name(opts.bucket), opts.api_prefix)
-    plan = kv.plan_bucket(info["config"] if info else None, opts.bucket, opts.bucket_settings, opts.ensure_bucket,
-                          needs_ttl=needs_ttl, may_purge=may_purge)
+    try:
+        plan = kv.plan_bucket(info["config"] if info else None, opts.bucket, opts.bucket_settings,
+                              opts.ensure_bucket, needs_ttl=needs_ttl, may_purge=may_purge)
+    except StreamRuleError as exc:
+        raise StreamConfigError(str(exc)) from None
     await _carry_out(nc, plan, f"KV bucket '{opts.bucket}'", "'bucket.*'", opts.api_prefix)
     window = kv.short_duplicate_window(plan.config if plan.config else info["config"])
     if window is not None and opts.idempotent:
