@@ -77,6 +77,18 @@ async def request(nc, api: str, body: dict[str, Any] | None = None, timeout: flo
     return reply
 
 
+async def request_unless(missing: int, nc, api: str, body: dict[str, Any] | None = None, timeout: float = 10.0,
+                         prefix: str = API_PREFIX) -> dict[str, Any] | None:
+    """:func:`request`, but ``None`` when the server answers with err_code ``missing`` (the stream,
+    consumer or message asked for does not exist)."""
+    try:
+        return await request(nc, api, body, timeout, prefix)
+    except JetStreamApiError as exc:
+        if exc.err_code == missing:
+            return None
+        raise
+
+
 def server_version(nc) -> tuple[int, int, int] | None:
     """The connected server's version (from its INFO), or None when it does not parse."""
     version = nc.connected_server_version
@@ -88,12 +100,7 @@ def server_version(nc) -> tuple[int, int, int] | None:
 
 async def stream_info(nc, stream: str, prefix: str = API_PREFIX) -> dict[str, Any] | None:
     """``STREAM.INFO`` reply, or ``None`` when the stream does not exist."""
-    try:
-        return await request(nc, f"STREAM.INFO.{stream}", prefix=prefix)
-    except JetStreamApiError as exc:
-        if exc.err_code == ERR_STREAM_NOT_FOUND:
-            return None
-        raise
+    return await request_unless(ERR_STREAM_NOT_FOUND, nc, f"STREAM.INFO.{stream}", prefix=prefix)
 
 
 async def stream_subjects(nc, stream: str, filters: tuple[str, ...] = (),
@@ -106,13 +113,10 @@ async def stream_subjects(nc, stream: str, filters: tuple[str, ...] = (),
     for subject_filter in filters or (">",):
         offset = 0
         while True:
-            try:
-                reply = await request(nc, f"STREAM.INFO.{stream}", {"subjects_filter": subject_filter,
-                                                                      "offset": offset}, prefix=prefix)
-            except JetStreamApiError as exc:
-                if exc.err_code == ERR_STREAM_NOT_FOUND:
-                    return None, []
-                raise
+            reply = await request_unless(ERR_STREAM_NOT_FOUND, nc, f"STREAM.INFO.{stream}",
+                                         {"subjects_filter": subject_filter, "offset": offset}, prefix=prefix)
+            if reply is None:
+                return None, []
             if first is None:
                 first = reply
             page = (reply.get("state") or {}).get("subjects") or {}
@@ -153,23 +157,17 @@ async def first_seq_at_or_after(nc, stream: str, when, prefix: str = API_PREFIX)
     if when >= LAST_NANOSECOND_TIME:
         return None
     text = when.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-    try:
-        reply = await request(nc, f"STREAM.MSG.GET.{stream}", {"start_time": text}, prefix=prefix)
-    except JetStreamApiError as exc:
-        if exc.err_code == ERR_NO_MESSAGE_FOUND:
-            return None
-        raise
-    return int(reply["message"]["seq"])
+    reply = await request_unless(ERR_NO_MESSAGE_FOUND, nc, f"STREAM.MSG.GET.{stream}", {"start_time": text},
+                                 prefix=prefix)
+    return None if reply is None else int(reply["message"]["seq"])
 
 
 async def last_message_of_subject(nc, stream: str, subject: str, prefix: str = API_PREFIX) -> tuple[int, bytes] | None:
     """(seq, header block) of the last message on ``subject`` (``last_by_subj``), or None."""
-    try:
-        reply = await request(nc, f"STREAM.MSG.GET.{stream}", {"last_by_subj": subject}, prefix=prefix)
-    except JetStreamApiError as exc:
-        if exc.err_code == ERR_NO_MESSAGE_FOUND:
-            return None
-        raise
+    reply = await request_unless(ERR_NO_MESSAGE_FOUND, nc, f"STREAM.MSG.GET.{stream}", {"last_by_subj": subject},
+                                 prefix=prefix)
+    if reply is None:
+        return None
     m = reply["message"]
     return int(m["seq"]), base64.b64decode(m.get("hdrs") or "")
 
@@ -184,12 +182,10 @@ async def next_message(nc, stream: str, seq: int, filters: tuple[str, ...] = (),
     """The first message at or after ``seq`` matching ``filters`` (all when empty), or None."""
     found: list[StoredMessage] = []
     for subject in filters or (">",):
-        try:
-            reply = await request(nc, f"STREAM.MSG.GET.{stream}", {"seq": seq, "next_by_subj": subject}, prefix=prefix)
-        except JetStreamApiError as exc:
-            if exc.err_code == ERR_NO_MESSAGE_FOUND:
-                continue
-            raise
+        reply = await request_unless(ERR_NO_MESSAGE_FOUND, nc, f"STREAM.MSG.GET.{stream}",
+                                     {"seq": seq, "next_by_subj": subject}, prefix=prefix)
+        if reply is None:
+            continue
         m = reply["message"]
         size = len(m["subject"]) + len(base64.b64decode(m.get("hdrs") or "")) + len(base64.b64decode(m.get("data") or ""))
         found.append(StoredMessage(int(m["seq"]), size))
@@ -197,12 +193,8 @@ async def next_message(nc, stream: str, seq: int, filters: tuple[str, ...] = (),
 
 
 async def consumer_info(nc, stream: str, consumer: str, prefix: str = API_PREFIX) -> dict[str, Any] | None:
-    try:
-        return await request(nc, f"CONSUMER.INFO.{stream}.{consumer}", prefix=prefix)
-    except JetStreamApiError as exc:
-        if exc.err_code == ERR_CONSUMER_NOT_FOUND:
-            return None
-        raise
+    """``CONSUMER.INFO`` reply, or ``None`` when the consumer does not exist."""
+    return await request_unless(ERR_CONSUMER_NOT_FOUND, nc, f"CONSUMER.INFO.{stream}.{consumer}", prefix=prefix)
 
 
 async def move_bookmark(nc, stream: str, consumer: str, next_seq: int, filters: tuple[str, ...],
@@ -247,12 +239,10 @@ async def last_message(nc, stream: str, subject: str, *, direct: bool, prefix: s
     answered by any replica; a KV bucket allows them) or, with ``direct`` false, ``STREAM.MSG.GET``
     ``last_by_subj`` (answered by the leader)."""
     if not direct:
-        try:
-            reply = await request(nc, f"STREAM.MSG.GET.{stream}", {"last_by_subj": subject}, timeout, prefix)
-        except JetStreamApiError as exc:
-            if exc.err_code == ERR_NO_MESSAGE_FOUND:
-                return LastMessage(0, {})
-            raise
+        reply = await request_unless(ERR_NO_MESSAGE_FOUND, nc, f"STREAM.MSG.GET.{stream}", {"last_by_subj": subject},
+                                     timeout, prefix)
+        if reply is None:
+            return LastMessage(0, {})
         from ..protocol.headers import parse_headers
 
         m = reply["message"]
