@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import random
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..client import jsapi, runtime
 from ..errors import PublishError
@@ -30,9 +30,6 @@ from ..protocol.frames import hpub_frame
 from ..protocol.headers import EXPECTED_LAST_SUBJECT_SEQUENCE, SEQUENCE
 from .encoder import OutFrame, RowChoice
 from .sequencer import TAG_NAMES, Reduction, SequenceMismatch, encode_value, is_newer
-
-if TYPE_CHECKING:
-    from .writer import WriteTask
 
 MAX_TRIES = 10
 """Publishes of one key's row under compare-and-set before the task fails (each after a new lookup)."""
@@ -43,7 +40,9 @@ def _backoff(attempt: int) -> float:
 
 
 class SequencedWrite:
-    def __init__(self, task: WriteTask) -> None:
+    def __init__(self, task: Any) -> None:
+        """``task``: the :class:`~pyspark_jetstream.sink.writer.WriteTask` that owns this write (its
+        plan, encoder, publisher and counters; not imported here, the writer imports this module)."""
         self.task = task
         plan = task.plan
         self.sequence = plan.sequence
@@ -80,7 +79,7 @@ class SequencedWrite:
             refuse = {i: (None, f"the row has no value in column '{column}' (option 'sequenceBy' orders the rows of "
                           "a key by it)", column) for i in kept.null_sequence}
             if publish or refuse:
-                self._publish(kept.batch, kept.first, RowChoice(publish, refuse))
+                self.task.send(kept.batch, kept.first, RowChoice(publish, refuse))
         self._settle(pending)
 
     def _lines(self, value: Any, revision: int) -> str:
@@ -107,23 +106,6 @@ class SequencedWrite:
                                              prefix=opts.api_prefix)
 
         return runtime.run(ask(), timeout=60 + len(keys) / 100)
-
-    def _publish(self, batch: Any, first: int, choice: RowChoice) -> None:
-        """What WriteTask._publish does for its own batches, without settling: a refusal (10071) must
-        reach :meth:`_settle` first."""
-        task = self.task
-        encoded = task.encoder.encode(batch, first, task.pub.reply_prefix, choice=choice)
-        task.expired += encoded.expired
-        task.markers_skipped += encoded.markers_skipped
-        if encoded.rejected:
-            task.divert(encoded.rejected)
-        frames = encoded.frames
-        if task.already and frames:
-            kept = [f for f in frames if f[4] not in task.already]  # OutFrame.msg_id
-            task.already_stored += len(frames) - len(kept)
-            frames = kept
-        if frames:
-            runtime.run(task.pub.publish(frames))
 
     # ---------------------------------------------------------------- races
 

@@ -42,7 +42,7 @@ from ..protocol.headers import (
     DLQ_TTL,
 )
 from ..spark_api import StreamWriterBase
-from .encoder import EncoderConfig, InputLayout, MsgIds, OutFrame, RowRejection
+from .encoder import EncoderConfig, InputLayout, MsgIds, OutFrame, RowChoice, RowRejection
 from .replay_guard import GuardPlan
 from .sequencer import SequencePlan
 
@@ -286,8 +286,16 @@ class WriteTask:
             self._publish(part)
 
     def _publish(self, batch: Any) -> None:
-        encoded = self.encoder.encode(batch, self.position, self.pub.reply_prefix)
+        first = self.position
         self.position += batch.num_rows
+        self.send(batch, first)
+        self.settle()
+
+    def send(self, batch: Any, first: int, choice: RowChoice | None = None) -> None:
+        """Encode ``batch`` (its first row at task position ``first``; ``choice``: which rows to publish
+        and which to refuse) and publish what an earlier attempt did not store, without settling: the
+        caller settles (``sequenceBy`` must see a compare-and-set refusal first)."""
+        encoded = self.encoder.encode(batch, first, self.pub.reply_prefix, choice=choice)
         self.expired += encoded.expired
         self.markers_skipped += encoded.markers_skipped
         if encoded.rejected:
@@ -299,7 +307,6 @@ class WriteTask:
             frames = kept
         if frames:
             runtime.run(self.pub.publish(frames))
-        self.settle()
 
     def divert(self, rejections: list[RowRejection], originals: dict[int, bytes] | None = None) -> None:
         """Publish dead letters for ``rejections`` (``originals``: the header blocks they were sent
