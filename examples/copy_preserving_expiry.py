@@ -42,7 +42,7 @@ def main() -> int:
     with contextlib.ExitStack() as stack:
         servers = args.servers
         if servers is None:
-            from pyspark_jetstream.server import EmbeddedNatsServer
+            from pyspark_jetstream.tools.server import EmbeddedNatsServer
 
             servers = stack.enter_context(EmbeddedNatsServer()).url
             print(f"Started an embedded nats-server at {servers}")

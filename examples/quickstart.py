@@ -195,7 +195,7 @@ def main() -> int:
     with contextlib.ExitStack() as stack:
         servers = args.servers
         if servers is None:
-            from pyspark_jetstream.server import EmbeddedNatsServer
+            from pyspark_jetstream.tools.server import EmbeddedNatsServer
 
             server = stack.enter_context(EmbeddedNatsServer())
             servers = server.url

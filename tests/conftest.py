@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from pyspark_jetstream.server import EmbeddedNatsCluster, EmbeddedNatsServer
+from pyspark_jetstream.tools.server import EmbeddedNatsCluster, EmbeddedNatsServer
 
 from .helpers import PYTHON_START_TIMEOUT, SyncNats
 

@@ -579,7 +579,7 @@ class Drivers:
 
 class Phase:
     def __init__(self, name: str, workdir: Path, args) -> None:
-        from pyspark_jetstream.server import EmbeddedNatsCluster, EmbeddedNatsServer
+        from pyspark_jetstream.tools.server import EmbeddedNatsCluster, EmbeddedNatsServer
 
         self.name, self.workdir, self.args = name, workdir, args
         self.cluster = None

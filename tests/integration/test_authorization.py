@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from pyspark_jetstream.server import EmbeddedNatsServer
+from pyspark_jetstream.tools.server import EmbeddedNatsServer
 
 from ..helpers import SyncNats
 

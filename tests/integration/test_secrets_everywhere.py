@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from pyspark_jetstream.server import EmbeddedNatsServer
+from pyspark_jetstream.tools.server import EmbeddedNatsServer
 
 from ..helpers import SyncNats, fill_stream, user_nkey_seed_file
 

@@ -7,7 +7,7 @@ import sys
 import pytest
 
 from pyspark_jetstream.errors import ServerBinaryNotFound
-from pyspark_jetstream.server import EmbeddedNatsServer, find_nats_server_binary
+from pyspark_jetstream.tools.server import EmbeddedNatsServer, find_nats_server_binary
 
 from ..helpers import SyncNats
 

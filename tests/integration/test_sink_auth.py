@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from pyspark_jetstream.server import EmbeddedNatsServer
+from pyspark_jetstream.tools.server import EmbeddedNatsServer
 
 from ..certs import make_pki
 from ..helpers import jetstream_writer, user_nkey_seed_file

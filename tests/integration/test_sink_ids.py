@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 from pyspark.sql import functions as F
 
-from pyspark_jetstream.server import EmbeddedNatsServer
+from pyspark_jetstream.tools.server import EmbeddedNatsServer
 
 from ..helpers import SyncNats, finished, forget_last_commit, publish, write
 

@@ -8,7 +8,7 @@ import os
 
 from pyspark.sql import functions as F
 
-from pyspark_jetstream.server import EmbeddedNatsServer
+from pyspark_jetstream.tools.server import EmbeddedNatsServer
 
 from ..helpers import HeldRead, SyncNats, fill_stream, gate_at_sequence, wait_until
 

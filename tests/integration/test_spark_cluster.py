@@ -4,7 +4,7 @@ installed PySpark), a 3-node nats-server cluster with R3 streams, and
 
 The executors run a separate virtualenv that has pyarrow but neither the connector
 nor nats-py: both reach them through ``--py-files`` with the zip that
-``python -m pyspark_jetstream.pack`` builds, the documented way to ship them.
+``python -m pyspark_jetstream.tools.pack`` builds, the documented way to ship them.
 """
 
 from __future__ import annotations
@@ -101,7 +101,7 @@ def test_orders_pipeline_on_a_standalone_cluster_against_a_nats_cluster(
         client.run(publish(), timeout=300)
 
         deps = tmp_path / "pyspark_jetstream_deps.zip"
-        subprocess.run([sys.executable, "-m", "pyspark_jetstream.pack", str(deps)], check=True, timeout=60)
+        subprocess.run([sys.executable, "-m", "pyspark_jetstream.tools.pack", str(deps)], check=True, timeout=60)
         command = spark_submit_command(master_url, executor_python) + [
             "--conf", "spark.executor.cores=2", "--conf", "spark.cores.max=2", "--conf", "spark.executor.memory=1g",
             "--py-files", str(deps),

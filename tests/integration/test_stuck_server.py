@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from pyspark_jetstream.server import EmbeddedNatsServer
+from pyspark_jetstream.tools.server import EmbeddedNatsServer
 
 from ..helpers import HeldRead, SyncNats, fill_stream, wait_until, worker_log
 

@@ -31,7 +31,7 @@ os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 from pyspark.sql import SparkSession  # noqa: E402
 from pyspark.sql import functions as F  # noqa: E402
 
-from pyspark_jetstream.server import EmbeddedNatsServer  # noqa: E402
+from pyspark_jetstream.tools.server import EmbeddedNatsServer  # noqa: E402
 
 PACKAGES = ["@nats-io/jetstream@3", "@nats-io/kv@3", "@nats-io/transport-node@3"]
 failures: list[str] = []

@@ -657,7 +657,7 @@ def main() -> int:
     from pyspark.sql import SparkSession
     from pyspark.sql import functions as F
 
-    from pyspark_jetstream.server import EmbeddedNatsServer
+    from pyspark_jetstream.tools.server import EmbeddedNatsServer
 
     if args.only == "sequence":
         with EmbeddedNatsServer() as server:

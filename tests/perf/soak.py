@@ -169,7 +169,7 @@ def main() -> int:
 
     from pyspark.sql import SparkSession
 
-    from pyspark_jetstream.server import EmbeddedNatsServer
+    from pyspark_jetstream.tools.server import EmbeddedNatsServer
 
     workdir = Path(tempfile.mkdtemp(prefix="soak-"))
     server = EmbeddedNatsServer(store_dir=workdir / "store").start()

@@ -1,10 +1,18 @@
-"""The package's layout keeps its promises (README, "Architecture").
+"""The package's layout keeps its promises (docs/architecture.md).
 
-- ``protocol/`` is pure: it imports the standard library, its own modules and
-  ``errors`` only: never nats-py, pyspark, pyarrow, nor the I/O sub-packages
-  (the sink's options type may be named for annotations, under ``TYPE_CHECKING``).
-- ``tools/`` is not imported by the data path (``source/``, ``sink/``, ``client/``,
-  ``protocol/`` and the Spark-facing ``datasource``).
+Every import counts here, those a function makes when it runs and those under
+``TYPE_CHECKING`` too: a circle drawn for the type checker is still a circle a
+reader has to follow.
+
+- ``protocol/`` is pure NATS knowledge: it imports the standard library and its own
+  modules, nothing else (no nats-py, pyspark or pyarrow, nothing of the connector
+  outside ``protocol/``).
+- The sub-packages stand in layers, and no module imports one from a layer above its
+  own: ``errors``/``logs``/``threads`` < ``protocol`` < ``options`` < ``client``/
+  ``spark_api`` < ``source``/``sink`` < ``datasource``/``progress`` < ``tools`` and
+  the package's ``__init__``. Two rooms of one layer do not import each other.
+- Inside a sub-package the imports form no circle.
+- ``tools/`` is not imported by the data path.
 """
 
 from __future__ import annotations
@@ -17,52 +25,122 @@ import pyspark_jetstream
 
 PACKAGE = Path(pyspark_jetstream.__file__).resolve().parent
 
+LAYERS = {
+    "errors": 0, "logs": 0, "threads": 0,
+    "protocol": 1,
+    "options": 2,
+    "client": 3, "spark_api": 3,
+    "source": 4, "sink": 4,
+    "datasource": 5, "progress": 5,
+    "tools": 6, "__init__": 6,
+}
 
-def _type_checking_only(tree: ast.AST) -> set[ast.AST]:
-    """Imports under ``if TYPE_CHECKING:``: annotations only, never run."""
-    return {child for node in ast.walk(tree) if isinstance(node, ast.If) and getattr(node.test, "id", "") ==
-            "TYPE_CHECKING" for child in ast.walk(node)}
 
-
-def _imports(path: Path) -> list[tuple[int, str]]:
-    """(level, module) of every import ``path`` runs: level 0 for absolute imports."""
-    found = []
-    tree = ast.parse(path.read_text())
-    annotations_only = _type_checking_only(tree)
-    for node in ast.walk(tree):
-        if node in annotations_only:
-            continue
-        if isinstance(node, ast.Import):
-            found += [(0, alias.name) for alias in node.names]
-        elif isinstance(node, ast.ImportFrom):
-            if node.module is None:  # from . import x, y
-                found += [(node.level, alias.name) for alias in node.names]
-            else:
-                found.append((node.level, node.module))
+def _modules() -> dict[str, Path]:
+    """Dotted names inside the package (``sink.writer``, ``options``, ``__init__``) -> file."""
+    found = {}
+    for path in PACKAGE.rglob("*.py"):
+        parts = list(path.relative_to(PACKAGE).with_suffix("").parts)
+        if len(parts) > 1 and parts[-1] == "__init__":
+            parts.pop()
+        found[".".join(parts)] = path
     return found
 
 
-def test_protocol_imports_only_the_standard_library_itself_and_errors():
-    modules = sorted((PACKAGE / "protocol").glob("*.py"))
-    assert len(modules) >= 4
+MODULES = _modules()
+
+
+def _resolve(importer: str, level: int, module: str | None, name: str | None) -> str | None:
+    """The package module an import statement in ``importer`` refers to, or None outside the package."""
+    if level == 0:
+        if not (module or "").startswith("pyspark_jetstream"):
+            return None
+        target = module.split(".")[1:]
+    else:
+        is_package = MODULES.get(importer, Path()).name == "__init__.py"
+        base = importer.split(".") if importer != "__init__" else []
+        base = base if is_package else base[:-1]
+        base = base[: len(base) - (level - 1)] if level > 1 else base
+        target = base + (module.split(".") if module else [])
+    dotted = ".".join(target) or "__init__"
+    if name is not None and f"{dotted}.{name}".removeprefix("__init__.") in MODULES:
+        return f"{dotted}.{name}".removeprefix("__init__.")  # from . import kv
+    return dotted
+
+
+def imports_of(importer: str) -> set[str]:
+    """Every package module ``importer`` imports, wherever the import stands."""
+    tree = ast.parse(MODULES[importer].read_text())
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            targets = [_resolve(importer, 0, alias.name, None) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            targets = [_resolve(importer, node.level, node.module, alias.name) for alias in node.names]
+        else:
+            continue
+        found |= {t for t in targets if t is not None and t != importer}
+    return found
+
+
+def outside_imports(path: Path) -> set[str]:
+    """Top-level names of the absolute imports outside the package."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found |= {alias.name.split(".")[0] for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            found.add(node.module.split(".")[0])
+    return found - {"pyspark_jetstream"}
+
+
+def room(module: str) -> str:
+    return module.split(".")[0]
+
+
+def test_every_module_has_a_layer():
+    assert {room(m) for m in MODULES} == set(LAYERS), "give the new room a layer in LAYERS and the architecture page"
+
+
+def test_protocol_imports_only_the_standard_library_and_itself():
+    protocol = [m for m in MODULES if room(m) == "protocol"]
+    assert len(protocol) >= 8
     offenders = []
-    for path in modules:
-        for level, module in _imports(path):
-            top = module.split(".")[0]
-            pure = (level == 0 and top in sys.stdlib_module_names) or (level == 1) or \
-                (level == 2 and module == "errors")
-            if not pure:
-                offenders.append(f"protocol/{path.name}: {'.' * level}{module}")
+    for module in protocol:
+        offenders += [f"{module} -> {t}" for t in imports_of(module) if room(t) != "protocol"]
+        offenders += [f"{module} -> {name}" for name in outside_imports(MODULES[module])
+                      if name not in sys.stdlib_module_names]
     assert offenders == []
 
 
-def test_the_data_path_never_imports_tools():
+def test_no_module_imports_one_above_it_or_beside_it():
     offenders = []
-    for path in PACKAGE.rglob("*.py"):
-        relative = path.relative_to(PACKAGE)
-        if relative.parts[0] == "tools" or relative.name in ("server.py", "pack.py"):
-            continue  # the tools and their documented entry points
-        for level, module in _imports(path):
-            if "tools" in module.split(".") or module.startswith("pyspark_jetstream.tools"):
-                offenders.append(f"{relative}: {'.' * level}{module}")
+    for module in MODULES:
+        for target in imports_of(module):
+            if room(target) == room(module):
+                continue
+            if LAYERS[room(target)] >= LAYERS[room(module)] and room(module) != "__init__":
+                offenders.append(f"{module} (layer {LAYERS[room(module)]}) -> {target} (layer {LAYERS[room(target)]})")
+    assert offenders == []
+
+
+def test_no_circle_inside_a_room():
+    graph = {m: {t for t in imports_of(m) if room(t) == room(m)} for m in MODULES}
+    circles = []
+
+    def visit(node: str, path: list[str]) -> None:
+        for nxt in graph[node]:
+            if nxt in path:
+                circles.append(" -> ".join(path[path.index(nxt):] + [nxt]))
+            elif nxt in graph:
+                visit(nxt, path + [nxt])
+
+    for module in graph:
+        visit(module, [module])
+    assert circles == []
+
+
+def test_the_data_path_never_imports_tools():
+    offenders = [f"{m} -> {t}" for m in MODULES if room(m) not in ("tools", "__init__")
+                 for t in imports_of(m) if room(t) == "tools"]
     assert offenders == []

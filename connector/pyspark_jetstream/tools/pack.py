@@ -1,6 +1,6 @@
 """Pack the connector and nats-py into one zip for ``spark-submit --py-files``.
 
-    python -m pyspark_jetstream.pack dist/pyspark_jetstream_deps.zip
+    python -m pyspark_jetstream.tools.pack dist/pyspark_jetstream_deps.zip
 
 Executors need to import the connector and nats-py, both pure Python, so a zip on
 ``--py-files`` (or ``spark.submit.pyFiles``) is enough to ship them. What cannot go
