@@ -15,7 +15,7 @@ class JetStreamDataSource(DataSource):
     """NATS JetStream as a Spark data source: ``format("jetstream")``.
 
     Writing (``df.write`` / ``df.writeStream``) publishes rows with PubAcks awaited;
-    the options are documented in the README, generated from
+    the options are documented in docs/ (source.md, sink.md, kv.md, security.md), generated from
     :mod:`pyspark_jetstream.options`.
     """
 

@@ -21,7 +21,7 @@ of ``--minutes``:
 
 * ``single``: one nats-server (file store, default settings: each message is written to its
   block file before the PubAck, so a SIGKILL of the process loses nothing the page cache holds;
-  a power loss could, which is not simulated; the README's "What JetStream itself can lose").
+  a power loss could, which is not simulated; docs/guarantees.md, "What JetStream itself can lose").
   Faults: ``server_kill`` (SIGKILL, restart on the same store),
   ``server_stop`` (SIGSTOP for a few seconds, SIGCONT);
 * ``cluster``: a 3-node cluster, every stream R3 (the sink's state bucket too). Faults:

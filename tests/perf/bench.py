@@ -608,7 +608,7 @@ def write_chart(results: list[Result], path: str) -> None:
     for y, v in enumerate(values):
         ax.text(v, y, f" {v:,.0f}k", va="center", fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=110, bbox_inches="tight")
 
 
 def print_table(results: list[Result]) -> str:
@@ -761,7 +761,7 @@ def main() -> int:
         # state: the read streams deleted (the server held over a gigabyte of them), every target stream
         # deleted once measured, the JVM's and Python's garbage collected before each run, and the order
         # of the paths rotated. Without this the connector's writes ran 15-40% slower in this
-        # harness than on a fresh server and JVM, while raw nats-py did not (see README, Performance).
+        # harness than on a fresh server and JVM, while raw nats-py did not (see docs/performance.md).
         from noio_sink import NoIoSink
 
         spark.dataSource.register(NoIoSink)

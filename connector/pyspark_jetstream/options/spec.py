@@ -95,7 +95,7 @@ class Secret:
 
 @dataclass(frozen=True)
 class OptionSpec:
-    """One user-facing option: how it parses and how the README documents it."""
+    """One user-facing option: how it parses and how docs/ documents it (tools/docs.py)."""
 
     name: str
     default: str | None

@@ -1,12 +1,12 @@
 """Noticing, cheaply, rows of a copy whose source order was broken before they reached the sink.
 
 **Why.** A copy keeps each subject's order when one task publishes a subject's rows in source
-order (the source's split by subject does that; see the README's "Splits"). A shuffle between read
-and write (``repartition``, a join, an aggregation) can hand a task a subject's rows out of order,
+order (the source's split by subject does that; see docs/source.md, "Splits: order per subject").
+A shuffle between read and write (``repartition``, a join, an aggregation) can hand a task a subject's rows out of order,
 and the target then stores them so, silently. The sink sees the source's ``stream`` and ``seq``
 columns of rows as read, so within a task it can count the rows that arrive after a later sequence
 of the same source stream and target subject (or key), and say so in its commit log line. Rows of
-one subject split over several tasks cannot be seen from any one task: the README says what to do.
+one subject split over several tasks cannot be seen from any one task: docs/source.md says what to do.
 
 Column-wise per batch, in Arrow's C++ kernels only: a batch whose sequences never go down needs no
 sort (rows as read come so); otherwise one stable sort by stream and subject and neighbours compared.

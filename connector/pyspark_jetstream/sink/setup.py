@@ -72,7 +72,7 @@ def plan_sink(raw_options: Mapping[str, str], schema: Any, *, overwrite: bool, s
             risks = durability_risks(info) if info else []
             if risks:
                 log.warning("Stream %s may lose writes the server acknowledged: %s. Exactly-once holds only for "
-                            "what the server keeps (see the README's Guarantees).", target, "; ".join(risks))
+                            "what the server keeps (see docs/guarantees.md).", target, "; ".join(risks))
         if opts.dead_letter_subject is not None:
             await stream_admin.check_dead_letter_subject(nc, opts.dead_letter_subject, opts.api_prefix)
         return nc.max_payload, subjects

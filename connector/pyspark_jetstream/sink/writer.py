@@ -485,7 +485,7 @@ def log_totals(messages: Iterable[Any], batch_id: int | None = None, target: str
            else "")
         + (f", {totals['out_of_order']} rows came after a later source sequence of their subject in the same task: "
            "the source order was broken between the read and this write (a shuffle?), and the target stores "
-           "them so (see the README's 'Splits: order per subject')" if totals["out_of_order"] else ""),
+           "them so (see docs/source.md, 'Splits: order per subject')" if totals["out_of_order"] else ""),
         f" ({whose})" if whose else "",
     )
     return totals

@@ -1,1 +1,1 @@
-"""Tools around the connector (the embedded nats-server, the --py-files packer, the README tables); never imported by the data path."""
+"""Tools around the connector (the embedded nats-server, the --py-files packer, the option tables in docs/); never imported by the data path."""
