@@ -91,6 +91,30 @@ def test_a_bucket_copy_with_four_partitions_ends_with_the_sources_values(spark, 
         assert history(nats_client, kv_b, k) == history(nats_client, kv_a, k)
 
 
+def test_more_subjects_than_the_consumers_filter_are_each_read_once_in_order(spark, nats_server, nats_client,
+                                                                            stream_name):
+    """1,000 flat subjects over 4 partitions: 250 groups each, more than the server filters well (and than
+    one consumer's filters), so each partition reads the whole range and keeps its own subjects. Every
+    message once, each subject in one partition, and a copy keeps every subject's order."""
+    source, target = stream_name + "S", stream_name + "T"
+    nats_client.add_stream(source, [f"{source}.>"])
+    nats_client.add_stream(target, [f"{target}.>"], allow_msg_ttl=True)
+    subjects = [f"{source}.k{i:04d}" for i in range(1000)]
+    _interleaved(nats_client, subjects, 3)
+    read = (spark.read.format("jetstream").option("servers", nats_server.url).option("stream", source)
+            .option("numPartitions", "4").load())
+    rows = read.select("seq", "subject", F.spark_partition_id().alias("p")).collect()
+    assert sorted(r.seq for r in rows) == list(range(1, 3001))
+    partitions_of: dict[str, set[int]] = {}
+    for r in rows:
+        partitions_of.setdefault(r.subject, set()).add(r.p)
+    assert len(partitions_of) == 1000 and all(len(p) == 1 for p in partitions_of.values())
+    assert {p for ps in partitions_of.values() for p in ps} == {0, 1, 2, 3}
+    copy = read.withColumn("subject", F.concat(F.lit(f"{target}."), F.col("subject")))
+    jetstream_writer(copy, nats_server.url, stream=target).save()
+    assert _by_subject(nats_client.messages(target), f"{target}.") == _by_subject(nats_client.messages(source))
+
+
 def test_a_sequence_split_reads_every_message_once(spark, nats_server, nats_client, stream_name):
     """``split=sequence`` (ranges, no order promise) still reads the whole range exactly once."""
     nats_client.add_stream(stream_name, [f"{stream_name}.>"])

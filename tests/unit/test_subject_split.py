@@ -9,8 +9,11 @@ import pytest
 from pyspark_jetstream.source.subject_split import (
     ALL,
     MAX_FILTERS,
+    SERVER_FILTERS,
+    Ownership,
     choose_depth,
     chunks,
+    consumers_for,
     filters_for,
     group_of,
     intersect,
@@ -117,3 +120,54 @@ def test_chunks():
     got = chunks(filters)
     assert [len(c) for c in got] == [MAX_FILTERS, MAX_FILTERS, 50]
     assert [f for c in got for f in c] == filters
+
+
+def _reads(consumers: list, subject: str) -> bool:
+    """Whether a partition running ``consumers`` takes ``subject``'s messages (a consumer without
+    filters delivers every subject; an ownership keeps only its own)."""
+    return any((not filters or any(_matches(f, subject) for f in filters))
+               and (ownership is None or ownership.owns(subject.encode())) for filters, ownership in consumers)
+
+
+@pytest.mark.parametrize("user_filters", [(), tuple(f"t.*.d{j}" for j in range(20))])
+def test_many_groups_are_kept_by_owner_on_the_client(user_filters):
+    """More groups than the server filters well: the partition reads its filters' every message and keeps
+    its own, and each subject is still read by the partition the server's filters would have given it."""
+    flat = [f"t.s{i}.d{j}" for i in range(30) for j in range(40)]  # 1,200 subjects, 4 partitions
+    kept_by_owner: set[int] = set()
+    for depth in (None, 2):
+        plans = [consumers_for(flat, depth, 4, i, user_filters) for i in range(4)]
+        for i, plan in enumerate(plans):
+            server_side = filters_for(flat, depth, 4, i, user_filters)
+            if len(server_side) > SERVER_FILTERS:
+                assert [f for f, _ in plan] == (chunks(sorted(user_filters)) or [()])
+                assert all(o is not None and o.index == i for _, o in plan)
+            else:
+                assert plan == [(f, None) for f in chunks(server_side)]
+        kept_by_owner.update(i for i, plan in enumerate(plans) if any(o is not None for _, o in plan))
+        for subject in flat:
+            readers = [i for i, plan in enumerate(plans) if _reads(plan, subject)]
+            wanted = not user_filters or any(_matches(f, subject) for f in user_filters)
+            assert readers == ([owner(group_of(subject, depth), 4)] if wanted else []), (depth, subject, readers)
+    assert kept_by_owner == {0, 1, 2, 3}  # every partition had more groups than the server filters
+
+
+def test_a_snapshot_keeps_the_server_filters_in_chunks():
+    flat = [f"$KV.B.k{i}" for i in range(1000)]
+    plan = consumers_for(flat, None, 4, 1, (), by_owner=False)
+    assert all(o is None for _, o in plan) and sum(len(f) for f, _ in plan) == len(filters_for(flat, None, 4, 1, ()))
+    assert len(plan) == 3
+
+
+def test_ownership_remembers_and_reads_bytes_that_are_not_utf8():
+    own = Ownership(None, 4, owner("a.b", 4))
+    assert own.owns(b"a.b") and own.known == {b"a.b": True}
+    odd = b"a.\xff"
+    assert own.owns(odd) == (owner("a.\ufffd", 4) == own.index)
+
+
+def test_a_few_groups_are_left_to_the_server():
+    subjects = [f"t.k{i}" for i in range(4 * SERVER_FILTERS - 8)]  # about 6 each over 4 partitions
+    plans = [consumers_for(subjects, None, 4, i, ()) for i in range(4)]
+    assert all(o is None for plan in plans for _, o in plan)
+    assert sorted(f for plan in plans for filters, _ in plan for f in filters) == sorted(subjects)

@@ -60,7 +60,7 @@ from ..protocol.headers import PENDING_BYTES, PENDING_MESSAGES, parse_headers, p
 from ..protocol.pull_engine import Outcome, PullEngine
 from .range_tracker import RangeTracker, Step
 from .rows import BatchBuilder, RawBatch
-from .subject_split import ALL, chunks, filters_for
+from .subject_split import ALL, Ownership, consumers_for
 
 log = get_logger("source")
 
@@ -97,7 +97,8 @@ class PartitionReader:
 
     def __init__(self, opts: SourceOptions, stream: str, first: int, last: int | None, out: queue.Queue,
                  max_age: float = 0.0, last_per_subject: bool = False, filters: tuple[str, ...] = (),
-                 from_earliest: bool = False, expected: tuple[str, ...] | None = None) -> None:
+                 from_earliest: bool = False, expected: tuple[str, ...] | None = None,
+                 ownership: Ownership | None = None) -> None:
         self.opts = opts
         self.stream = stream
         self.first = first
@@ -117,6 +118,9 @@ class PartitionReader:
         self.last = last
         self.out = out
         self.filters = filters
+        # A split by subject whose groups are more than one consumer's filters: this consumer reads every
+        # message of its filters and keeps those of the subjects this partition owns (subject_split).
+        self.ownership = ownership
         self.from_earliest = from_earliest  # the start is whatever the stream holds: nothing below it is lost
         self.last_per_subject = last_per_subject
         self.builder = BatchBuilder(stream, include_markers=opts.include_markers, kv_bucket=opts.bucket,
@@ -338,6 +342,7 @@ class PartitionReader:
         engine, tracker, builder, batch_size = self.engine, self.range, self.builder, self._batch_size
         bytes_mode = engine.config.bytes_mode
         snapshot = self.open_snapshot
+        owns = self.ownership.owns if self.ownership is not None else None
         count = size = advance = 0
         try:
             for subject, reply, data, headers in frames:
@@ -363,9 +368,10 @@ class PartitionReader:
                     advance += moved
                     if bytes_mode:
                         size += len(subject) + len(reply) + len(data) + (len(headers) if headers else 0)
-                    builder.add(subject, data, headers, sseq, ts)
-                    if len(builder.seqs) >= batch_size:
-                        self._emit()
+                    if owns is None or owns(subject):
+                        builder.add(subject, data, headers, sseq, ts)
+                        if len(builder.seqs) >= batch_size:
+                            self._emit()
                     continue
                 engine.on_messages(count, size, advance, now)
                 count = size = advance = 0
@@ -396,10 +402,11 @@ class PartitionReader:
             if pending == 0:
                 self._nothing_pending()
             return
-        builder = self.builder
-        builder.add(subject, data, headers, sseq, ts)
-        if len(builder) >= self._batch_size:
-            self._emit()
+        if self.ownership is None or self.ownership.owns(subject):
+            builder = self.builder
+            builder.add(subject, data, headers, sseq, ts)
+            if len(builder) >= self._batch_size:
+                self._emit()
         if step is _TAKE_LAST:
             self._finish()
         else:  # TAKE_DRAINED
@@ -637,17 +644,19 @@ def _builds(raw: RawBatch) -> bool:
 
 async def _resolve(opts: SourceOptions, stream: str, first: int, last: int | None, created: str | None,
                    last_per_subject: bool, split: tuple[int | None, int] | None,
-                   index: int) -> tuple[int | None, list[tuple[str, ...]]] | None:
+                   index: int) -> tuple[int | None, list[tuple[tuple[str, ...], Ownership | None]]] | None:
     """What a partition settles when it runs, from one ``STREAM.INFO`` (with the subjects listed for a
     split by subject): that the stream is still the one planned, the end of a read without one (the
     stream's last sequence now; a snapshot's consumers decide their own), and the filter subjects of
     each consumer it runs. None when the partition has nothing to read (a recreated stream whose
-    range is skipped, ``failOnDataLoss=false``)."""
+    range is skipped, ``failOnDataLoss=false``): each with the ownership that keeps its messages when
+    the server does not filter them by partition (:func:`~.subject_split.consumers_for`)."""
     depth, parts = split if split is not None else (ALL, 1)
     listing = split is not None and depth != ALL
     if not listing and created is None and (last is not None or last_per_subject):
-        return last, chunks(filters_for((), depth, parts, index, opts.filter_subjects)) if split else [
-            opts.filter_subjects]
+        if split is None:
+            return last, [(opts.filter_subjects, None)]
+        return last, consumers_for((), depth, parts, index, opts.filter_subjects, by_owner=not last_per_subject)
     nc = await runtime.connection(opts.connection)
     delays = retry_delays()
     deadline = time.monotonic() + opts.max_wait
@@ -676,8 +685,8 @@ async def _resolve(opts: SourceOptions, stream: str, first: int, last: int | Non
     if last is None and not last_per_subject:
         last = int(info["state"].get("last_seq", 0))
     if split is None:
-        return last, [opts.filter_subjects]
-    return last, chunks(filters_for(subjects, depth, parts, index, opts.filter_subjects))
+        return last, [(opts.filter_subjects, None)]
+    return last, consumers_for(subjects, depth, parts, index, opts.filter_subjects, by_owner=not last_per_subject)
 
 
 def _literal(filters: tuple[str, ...]) -> tuple[str, ...] | None:
@@ -700,21 +709,21 @@ def read_partition(opts: SourceOptions, stream: str, first: int, last: int | Non
     last, consumers = resolved
     if last is not None and last < first:
         return
-    for filters in consumers:
+    for filters, ownership in consumers:
         expected = _literal(filters) if last is None and last_per_subject else None
         yield from _read_consumer(opts, stream, first, last, max_age, last_per_subject, filters, from_earliest,
-                                  expected)
+                                  expected, ownership)
 
 
 def _read_consumer(opts: SourceOptions, stream: str, first: int, last: int | None, max_age: float,
                    last_per_subject: bool, filters: tuple[str, ...], from_earliest: bool,
-                   expected: tuple[str, ...] | None = None) -> Iterator[Any]:
+                   expected: tuple[str, ...] | None = None, ownership: Ownership | None = None) -> Iterator[Any]:
     """One consumer's batches. Every wait has a deadline: the reader fails itself after
     ``consume.maxWait`` without progress, and this thread gives up :data:`WAIT_GRACE` seconds later
     should the reader neither deliver nor fail."""
     out: queue.Queue = queue.Queue()
     reader = PartitionReader(opts, stream, first, last, out, max_age, last_per_subject, filters, from_earliest,
-                             expected)
+                             expected, ownership)
     loop = runtime.loop()
     reader.starting = runtime.submit(reader.start())  # kept referenced: the loop holds its tasks weakly
     poll = min(5.0, opts.max_wait)
