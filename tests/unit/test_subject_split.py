@@ -6,9 +6,11 @@ import random
 
 import pytest
 
+from pyspark_jetstream.protocol.subjects import subject_matches
 from pyspark_jetstream.source.subject_split import (
     ALL,
     MAX_FILTERS,
+    MAX_KNOWN,
     SERVER_FILTERS,
     Ownership,
     choose_depth,
@@ -19,16 +21,6 @@ from pyspark_jetstream.source.subject_split import (
     intersect,
     owner,
 )
-
-
-def _matches(pattern: str, subject: str) -> bool:
-    p, s = pattern.split("."), subject.split(".")
-    for i, token in enumerate(p):
-        if token == ">":
-            return len(s) > i
-        if i >= len(s) or (token != "*" and token != s[i]):
-            return False
-    return len(s) == len(p)
 
 
 @pytest.mark.parametrize(("subject", "depth", "group"), [
@@ -63,8 +55,8 @@ def test_intersections_match_exactly_what_both_patterns_match():
         a, b = pattern(), pattern()
         both = intersect(a, b)
         for s in subjects:
-            expected = _matches(a, s) and _matches(b, s)
-            assert (both is not None and _matches(both, s)) == expected, (a, b, both, s)
+            expected = subject_matches(a, s) and subject_matches(b, s)
+            assert (both is not None and subject_matches(both, s)) == expected, (a, b, both, s)
 
 
 def test_owners_are_stable_and_spread():
@@ -82,7 +74,7 @@ def test_every_subject_is_read_by_exactly_one_partition():
     for depth in (None, 1, 2, 3):
         parts = [filters_for(subjects, depth, 4, i, ()) for i in range(4)]
         for s in subjects:
-            readers = [i for i, fs in enumerate(parts) if any(_matches(f, s) for f in fs)]
+            readers = [i for i, fs in enumerate(parts) if any(subject_matches(f, s) for f in fs)]
             assert len(readers) == 1, (depth, s, readers)
         for fs in parts:  # filters of one consumer never overlap (the server refuses that)
             assert all(intersect(x, y) is None for x in fs for y in fs if x != y)
@@ -125,7 +117,7 @@ def test_chunks():
 def _reads(consumers: list, subject: str) -> bool:
     """Whether a partition running ``consumers`` takes ``subject``'s messages (a consumer without
     filters delivers every subject; an ownership keeps only its own)."""
-    return any((not filters or any(_matches(f, subject) for f in filters))
+    return any((not filters or any(subject_matches(f, subject) for f in filters))
                and (ownership is None or ownership.owns(subject.encode())) for filters, ownership in consumers)
 
 
@@ -140,14 +132,14 @@ def test_many_groups_are_kept_by_owner_on_the_client(user_filters):
         for i, plan in enumerate(plans):
             server_side = filters_for(flat, depth, 4, i, user_filters)
             if len(server_side) > SERVER_FILTERS:
-                assert [f for f, _ in plan] == (chunks(sorted(user_filters)) or [()])
+                assert [f for f, _ in plan] == [tuple(sorted(user_filters))]
                 assert all(o is not None and o.index == i for _, o in plan)
             else:
                 assert plan == [(f, None) for f in chunks(server_side)]
         kept_by_owner.update(i for i, plan in enumerate(plans) if any(o is not None for _, o in plan))
         for subject in flat:
             readers = [i for i, plan in enumerate(plans) if _reads(plan, subject)]
-            wanted = not user_filters or any(_matches(f, subject) for f in user_filters)
+            wanted = not user_filters or any(subject_matches(f, subject) for f in user_filters)
             assert readers == ([owner(group_of(subject, depth), 4)] if wanted else []), (depth, subject, readers)
     assert kept_by_owner == {0, 1, 2, 3}  # every partition had more groups than the server filters
 
@@ -171,3 +163,30 @@ def test_a_few_groups_are_left_to_the_server():
     plans = [consumers_for(subjects, None, 4, i, ()) for i in range(4)]
     assert all(o is None for plan in plans for _, o in plan)
     assert sorted(f for plan in plans for filters, _ in plan for f in filters) == sorted(subjects)
+
+
+def test_user_filters_that_contain_others_are_read_once_and_partial_overlaps_stay_with_the_server():
+    """A consumer refuses overlapping filter subjects: repeats and filters inside another are dropped;
+    filters that overlap only in part keep the server's narrowed filters (each subject once)."""
+    flat = [f"t.s{i}.d{j}" for i in range(30) for j in range(40)]
+    contained = consumers_for(flat, None, 4, 1, ("t.>", "t.s1.>", "t.>"))
+    assert [f for f, _ in contained] == [("t.>",)] and contained[0][1] is not None
+    partial = consumers_for(flat, None, 4, 1, ("t.*.d1", "t.s1.>"))
+    assert all(o is None for _, o in partial)
+    readers = [i for i in range(4) if _reads(consumers_for(flat, None, 4, i, ("t.*.d1", "t.s1.>")), "t.s1.d1")]
+    assert readers == [owner("t.s1.d1", 4)]
+
+
+def test_one_partition_or_one_group_never_needs_an_ownership():
+    flat = [f"t.k{i}" for i in range(500)]
+    assert consumers_for(flat, ALL, 4, 0, ()) == [((">",), None)]
+    assert consumers_for(flat, None, 1, 0, tuple(f"t.k{i}" for i in range(20))) == [
+        (tuple(sorted(f"t.k{i}" for i in range(20))), None)]
+
+
+def test_ownership_memory_is_bounded():
+    own = Ownership(None, 4, 0)
+    for i in range(MAX_KNOWN + 10):
+        own.owns(f"k.{i}".encode())
+    assert len(own.known) <= MAX_KNOWN
+    assert own.owns(b"k.1") == (owner("k.1", 4) == 0)

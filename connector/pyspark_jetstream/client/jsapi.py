@@ -3,7 +3,7 @@
 Every request goes to ``<prefix>.<api>``: ``$JS.API`` by default, ``$JS.<domain>.API``
 for another JetStream domain (a hub seen from a leaf node), or the prefix under which
 an account imports another account's JetStream API (options ``domain`` /
-``apiPrefix``, :func:`pyspark_jetstream.options.api_prefix`).
+``apiPrefix``, :func:`pyspark_jetstream.options.connection.api_prefix`).
 
 The connector needs a handful of calls (stream info/create/update, stream names
 by subject) and wants every error as a typed :class:`JetStreamApiError` with the

@@ -166,10 +166,15 @@ def _readable_depth(subjects: Sequence[str], depth: int | None) -> int | None:
     return cut if depth is None else min(depth, cut)
 
 
+MAX_KNOWN = 65_536
+"""Subjects an :class:`Ownership` remembers before it starts again: memory stays bounded by options,
+never by how many subjects a range holds."""
+
+
 class Ownership:
     """Whether partition ``index`` of ``partitions`` owns a subject, told from the subject as it arrives
     (bytes off the wire): the same owner :func:`filters_for` gives the subject's group. Remembered per
-    subject, so the hot path costs one dict lookup a message."""
+    subject (up to :data:`MAX_KNOWN`), so the hot path costs one dict lookup a message."""
 
     __slots__ = ("depth", "partitions", "index", "known")
 
@@ -180,9 +185,24 @@ class Ownership:
     def owns(self, subject: bytes) -> bool:
         mine = self.known.get(subject)
         if mine is None:
+            if len(self.known) >= MAX_KNOWN:
+                self.known.clear()
             group = group_of(subject.decode("utf-8", "replace"), self.depth)
             mine = self.known[subject] = owner(group, self.partitions) == self.index
         return mine
+
+
+def _disjoint(filters: Sequence[str]) -> list[str] | None:
+    """``filters`` sorted, without repeats and without those another one contains (a consumer refuses
+    overlapping filter subjects); None when two overlap only in part, or when they are too many to
+    compare (a consumer's worth): only the server's narrowed filters then read them once each."""
+    if len(filters) > MAX_FILTERS:
+        return None
+    unique = sorted(set(filters))
+    kept = [f for f in unique if not any(g != f and intersect(g, f) == f for g in unique)]
+    if any(intersect(x, y) is not None for i, x in enumerate(kept) for y in kept[i + 1:]):
+        return None
+    return kept
 
 
 def consumers_for(subjects: Iterable[str], depth: int | None, partitions: int, index: int,
@@ -192,16 +212,16 @@ def consumers_for(subjects: Iterable[str], depth: int | None, partitions: int, i
     :class:`Ownership` that keeps its messages when the server does not filter them by owner.
 
     The groups it owns (:func:`filters_for`) when they are at most :data:`SERVER_FILTERS`; otherwise the
-    user's filters (in chunks should they be more than one consumer takes), every message read and kept by
-    owner.
-    ``by_owner=False`` (a snapshot: one delivery per subject, each listed subject awaited) keeps the
-    server's filters, in chunks."""
+    user's filters (repeats and contained ones dropped), every message read and kept by owner.
+    ``by_owner=False`` (a snapshot: one delivery per subject, each listed subject awaited), one group
+    for everything, or user filters that overlap in part keep the server's filters, in chunks."""
     subjects = list(subjects)
     filters = filters_for(subjects, depth, partitions, index, user_filters)
-    if len(filters) <= SERVER_FILTERS or not by_owner:
+    depth = _readable_depth(subjects, depth)
+    own_filters = _disjoint(user_filters)
+    if len(filters) <= SERVER_FILTERS or not by_owner or depth == ALL or partitions <= 1 or own_filters is None:
         return [(chunk, None) for chunk in chunks(filters)]
-    ownership = Ownership(_readable_depth(subjects, depth), partitions, index)
-    return [(chunk, ownership) for chunk in chunks(sorted(user_filters))] or [((), ownership)]
+    return [(tuple(own_filters), Ownership(depth, partitions, index))]
 
 
 def chunks(filters: Sequence[str], size: int = MAX_FILTERS) -> list[tuple[str, ...]]:
