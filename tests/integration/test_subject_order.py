@@ -30,15 +30,22 @@ def _by_subject(messages, prefix: str = "") -> dict[str, list[bytes]]:
     return out
 
 
-def test_a_stream_copy_with_four_partitions_keeps_every_subjects_order(spark, nats_server, nats_client,
-                                                                        stream_name):
+def _copy_of_interleaved(spark, nats_server, nats_client, stream_name: str, subjects_of, rounds: int):
+    """A source stream of ``rounds`` interleaved messages on each of ``subjects_of(source)``, an empty
+    target stream, and a 4-partition read of the source: (source, target, read)."""
     source, target = stream_name + "S", stream_name + "T"
     nats_client.add_stream(source, [f"{source}.>"])
     nats_client.add_stream(target, [f"{target}.>"], allow_msg_ttl=True)
-    subjects = [f"{source}.dev{i}" for i in range(6)]
-    _interleaved(nats_client, subjects, 300)
+    _interleaved(nats_client, subjects_of(source), rounds)
     read = (spark.read.format("jetstream").option("servers", nats_server.url).option("stream", source)
             .option("numPartitions", "4").load())
+    return source, target, read
+
+
+def test_a_stream_copy_with_four_partitions_keeps_every_subjects_order(spark, nats_server, nats_client,
+                                                                        stream_name):
+    source, target, read = _copy_of_interleaved(spark, nats_server, nats_client, stream_name,
+                                                lambda source: [f"{source}.dev{i}" for i in range(6)], 300)
     assert read.rdd.getNumPartitions() == 4
     copy = read.withColumn("subject", F.concat(F.lit(f"{target}."), F.col("subject")))
     jetstream_writer(copy, nats_server.url, stream=target).save()
@@ -96,13 +103,8 @@ def test_more_subjects_than_the_consumers_filter_are_each_read_once_in_order(spa
     """1,000 flat subjects over 4 partitions: 250 groups each, more than the server filters well (and than
     one consumer's filters), so each partition reads the whole range and keeps its own subjects. Every
     message once, each subject in one partition, and a copy keeps every subject's order."""
-    source, target = stream_name + "S", stream_name + "T"
-    nats_client.add_stream(source, [f"{source}.>"])
-    nats_client.add_stream(target, [f"{target}.>"], allow_msg_ttl=True)
-    subjects = [f"{source}.k{i:04d}" for i in range(1000)]
-    _interleaved(nats_client, subjects, 3)
-    read = (spark.read.format("jetstream").option("servers", nats_server.url).option("stream", source)
-            .option("numPartitions", "4").load())
+    source, target, read = _copy_of_interleaved(spark, nats_server, nats_client, stream_name,
+                                                lambda source: [f"{source}.k{i:04d}" for i in range(1000)], 3)
     rows = read.select("seq", "subject", F.spark_partition_id().alias("p")).collect()
     assert sorted(r.seq for r in rows) == list(range(1, 3001))
     partitions_of: dict[str, set[int]] = {}
