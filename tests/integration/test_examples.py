@@ -165,20 +165,30 @@ def test_spark_connect_example_against_a_server_started_as_its_docstring_says(tm
     import pyspark
 
     sbin = Path(pyspark.__file__).parent / "sbin"
-    port = _free_port()
-    env = {**_clean_env(), "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1",
-           "SPARK_PID_DIR": str(tmp_path), "SPARK_LOG_DIR": str(tmp_path)}
-    started = subprocess.run([str(sbin / "start-connect-server.sh"), "--master", "local[2]",
-                              "--conf", f"spark.connect.grpc.binding.port={port}", "--conf", "spark.ui.enabled=false"],
-                             env=env, capture_output=True, text=True, timeout=120)
-    assert started.returncode == 0, started.stdout + started.stderr
-    [pid_file] = tmp_path.glob("*SparkConnectServer*.pid")
-    pid = int(pid_file.read_text())
+    for attempt in range(3):
+        # A free port can be taken by a parallel test's server before the Connect server binds it: then
+        # the server exits (BindException) while the other one answers on the port. Only the server's
+        # own line "Spark Connect server started at" says it listens; a lost race tries another port.
+        port = _free_port()
+        logs_dir = tmp_path / f"attempt{attempt}"
+        env = {**_clean_env(), "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1",
+               "SPARK_PID_DIR": str(logs_dir), "SPARK_LOG_DIR": str(logs_dir)}
+        started = subprocess.run([str(sbin / "start-connect-server.sh"), "--master", "local[2]", "--conf",
+                                  f"spark.connect.grpc.binding.port={port}", "--conf", "spark.ui.enabled=false"],
+                                 env=env, capture_output=True, text=True, timeout=120)
+        assert started.returncode == 0, started.stdout + started.stderr
+        [pid_file] = logs_dir.glob("*SparkConnectServer*.pid")
+        pid = int(pid_file.read_text())
+
+        def logs(directory: Path = logs_dir) -> str:
+            return "".join(p.read_text() for p in directory.glob("*.out"))
+
+        wait_until(lambda pid=pid: "Spark Connect server started at" in logs() or not Path(f"/proc/{pid}").exists(),
+                   timeout=240, what="the Connect server listens")
+        if "Spark Connect server started at" in logs() or "BindException" not in logs():
+            break
     try:
-        wait_until(lambda: _accepts(port) or not Path(f"/proc/{pid}").exists(), timeout=240,
-                   what="the Connect server listens")
-        logs = "".join(p.read_text() for p in tmp_path.glob("*.out"))
-        assert _accepts(port), logs[-3000:]
+        assert "Spark Connect server started at" in logs() and _accepts(port), logs()[-3000:]
         out = _run_example("spark_connect.py", "--remote", f"sc://127.0.0.1:{port}").stdout
     finally:
         subprocess.run([str(sbin / "stop-connect-server.sh")], env=env, capture_output=True, timeout=120)
