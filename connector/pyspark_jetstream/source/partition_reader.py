@@ -118,8 +118,8 @@ class PartitionReader:
         self.last = last
         self.out = out
         self.filters = filters
-        # A split by subject whose groups are more than one consumer's filters: this consumer reads every
-        # message of its filters and keeps those of the subjects this partition owns (subject_split).
+        # A split by subject whose partition owns more groups than the server filters well: this consumer
+        # reads every message of its filters and keeps those of the subjects this partition owns (subject_split).
         self.ownership = ownership
         self.from_earliest = from_earliest  # the start is whatever the stream holds: nothing below it is lost
         self.last_per_subject = last_per_subject

@@ -32,9 +32,11 @@ number of subjects interleaved in the stream (measured on 2.15.1, one consumer, 
 messages: 129,000 messages/s with 4 subjects, 61,000 with 40, 3,000 with 1,000, whether
 it has 1 or 100 filters), and a consumer takes at most :data:`MAX_FILTERS` of them
 (nats-server #6046). Reading everything costs each partition the whole range instead;
-with 4 partitions that is the faster way from about 16 groups each (docs/performance.md). :func:`choose_depth` keeps the number of groups within
-:data:`MAX_GROUPS` (the subjects one ``STREAM.INFO`` page lists) and prefers groups coarse enough
-for about one consumer per partition when the subjects are many.
+with 4 partitions that is the faster way from about 16 groups each (docs/source.md).
+
+:func:`choose_depth` keeps the number of groups within :data:`MAX_GROUPS` (the subjects one
+``STREAM.INFO`` page lists) and prefers groups coarse enough for about one consumer per
+partition when the subjects are many.
 """
 
 from __future__ import annotations
@@ -218,10 +220,11 @@ def consumers_for(subjects: Iterable[str], depth: int | None, partitions: int, i
     subjects = list(subjects)
     filters = filters_for(subjects, depth, partitions, index, user_filters)
     depth = _readable_depth(subjects, depth)
-    own_filters = _disjoint(user_filters)
-    if len(filters) <= SERVER_FILTERS or not by_owner or depth == ALL or partitions <= 1 or own_filters is None:
-        return [(chunk, None) for chunk in chunks(filters)]
-    return [(tuple(own_filters), Ownership(depth, partitions, index))]
+    if len(filters) > SERVER_FILTERS and by_owner and depth != ALL and partitions > 1:
+        own_filters = _disjoint(user_filters)
+        if own_filters is not None:
+            return [(tuple(own_filters), Ownership(depth, partitions, index))]
+    return [(chunk, None) for chunk in chunks(filters)]
 
 
 def chunks(filters: Sequence[str], size: int = MAX_FILTERS) -> list[tuple[str, ...]]:
