@@ -62,7 +62,9 @@ def main() -> int:
         time.sleep(args.delay)  # the replication lag this example is about
 
         origin = spark.read.format("jetstream").option("servers", servers).option("stream", SOURCE).load()
-        (origin.select(F.concat(F.lit("copy."), F.col("subject")).alias("subject"), "data", "expires_at")
+        (origin.select(F.concat(F.lit("copy."), F.col("subject")).alias("subject"), "data", "expires_at",
+                       "stream", "seq")
+         .repartition(2, "subject")  # each subject written by one task, in source order
          .write.format("jetstream").mode("append").option("servers", servers).option("stream", TARGET)
          .option("ensureStream", "create").option("stream.subjects", "copy.>")
          .option("preserveExpiry", "true").save())

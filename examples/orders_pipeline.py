@@ -6,11 +6,14 @@
 
 Each order message (JSON ``{"id", "customer", "amount"}``) becomes an invoice message
 on ``<target-subject-prefix>.<customer>`` with the tax added, the source stream and
-sequence recorded, and the order's TTL kept. Exactly-once end to end: the source
-re-reads a replayed micro-batch's exact sequence range, and the sink publishes every
-row with a ``Nats-Msg-Id`` derived from the query id, batch id and row position, so
-a restart from ``--checkpoint`` neither loses nor duplicates invoices (inside the
-target stream's duplicate window).
+sequence recorded, and the order's TTL kept. Each customer's invoices keep the orders'
+order: ``repartition(--partitions, "subject")`` gives each customer to one write task,
+which publishes its rows in source sequence order (the sink refuses a write straight
+from a read split into sequence ranges). Exactly-once end to end: the source re-reads a
+replayed micro-batch's exact sequence range, and the sink publishes every row with a
+``Nats-Msg-Id`` derived from the query id, batch id and the order's source stream and
+sequence (the rows keep the ``stream`` and ``seq`` columns), so a restart from
+``--checkpoint`` neither loses nor duplicates invoices, however late it comes.
 
 ``--trigger`` is a processing-time interval (``"10 seconds"``) or ``availableNow``
 (process what is there, then exit). On SIGTERM or SIGINT the query is stopped and
@@ -41,6 +44,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--replicas", type=int, default=1, help="replicas of the target stream if it is created")
     parser.add_argument("--tax-rate", type=float, default=0.2)
     parser.add_argument("--max-messages-per-trigger", type=int, default=10_000)
+    parser.add_argument("--partitions", type=int, default=2,
+                        help="write tasks per micro-batch (each customer's invoices in one task, in order)")
     return parser.parse_args(argv)
 
 
@@ -71,7 +76,9 @@ def invoices(spark, args: argparse.Namespace):
                 F.col("seq").alias("source_seq"),
             )).alias("data"),
             F.col("ttl"),
+            "stream", "seq",  # the order's position: exactly-once ids, and the order the sink keeps
         )
+        .repartition(args.partitions, "subject")
     )
 
 

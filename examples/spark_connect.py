@@ -80,7 +80,8 @@ def main() -> int:
         checkpoint = stack.enter_context(tempfile.TemporaryDirectory(prefix="connect-checkpoint-"))
         copy = (spark.readStream.format("jetstream").option("servers", servers).option("stream", ORDERS)
                 .option("startingOffsets", "earliest").option("maxMessagesPerTrigger", 4).load()
-                .select(F.concat(F.lit("copy."), "subject").alias("subject"), "data", "ttl", "stream", "seq"))
+                .select(F.concat(F.lit("copy."), "subject").alias("subject"), "data", "ttl", "stream", "seq")
+                .repartition(2, "subject"))  # each subject written by one task, in source order
         query = (copy.writeStream.format("jetstream").option("servers", servers).option("stream", COPY)
                  .option("ensureStream", "create").option("stream.subjects", "copy.>")
                  .option("checkpointLocation", checkpoint).trigger(availableNow=True).start())

@@ -14,6 +14,7 @@ Callers and tests check types and attributes, never message substrings::
     +-- DataLossError           planned sequences were removed before being read
     |   +-- StreamRecreatedError    the stream was deleted and created again
     +-- PartitionReadError      a partition could not be read to its end
+    +-- OrderError              a write would store a subject's messages out of source order
 
 Every message names what was wrong and what to do about it, and never contains
 a secret: secrets are kept in :class:`pyspark_jetstream.options.spec.Secret`,
@@ -149,3 +150,8 @@ class StreamRecreatedError(DataLossError):
 
 class PartitionReadError(JetStreamConnectorError):
     """A partition could not be read to its end (server errors, no progress within consume.maxWait)."""
+
+
+class OrderError(JetStreamConnectorError):
+    """A write would store a subject's (a key's) messages out of their source order, and the sink option
+    ``order`` asks for that order (its default)."""

@@ -60,6 +60,7 @@ def test_r3_pipeline_survives_step_down_and_node_loss(spark, nats_cluster, tmp_p
                  .select(F.concat(F.lit("cdst."), F.col("seq") % 4).alias("subject"),
                          F.col("seq").cast("string").alias("data"), F.lit("1h").alias("ttl"))
                  .writeStream.format("jetstream").option("servers", nats_cluster.url).option("stream", "CDST")
+                 .option("order", "none")  # exactly-once of positional ids through faults, straight from the read
                  .option("checkpointLocation", str(tmp_path / "chk")).option("ackTimeout", "30s")
                  .trigger(processingTime="200 milliseconds").start())
         try:

@@ -46,7 +46,7 @@ def test_copies_of_sink_and_nats_py_streams_round_trip(spark, nats_server, nats_
                          .load()))
     for preserve, target in ((False, stream_name + "C"), (True, stream_name + "D")):
         nats_client.add_stream(target, [f"{target}.>"], allow_msg_ttl=True)
-        copy = read.withColumn("subject", F.concat(F.lit(f"{target}."), F.col("subject")))
+        copy = read.withColumn("subject", F.concat(F.lit(f"{target}."), F.col("subject"))).repartition(2, "subject")
         if not preserve:
             copy = copy.drop("expires_at")
         options = {"stream": target, **({"preserveExpiry": "true"} if preserve else {})}
@@ -90,8 +90,8 @@ def test_a_kv_bucket_read_is_written_to_a_stream(spark, nats_server, nats_client
     nats_client.add_stream(target, [f"{target}.>"], allow_msg_ttl=True)  # the read has a ttl column
     read = spark.read.format("jetstream").option("servers", nats_server.url).option("bucket", bucket).load()
     assert {"key", "operation"} <= set(read.columns)
-    jetstream_writer(read.withColumn("subject", F.concat(F.lit(f"{target}."), F.col("key"))), nats_server.url,
-                     stream=target).save()
+    jetstream_writer(read.withColumn("subject", F.concat(F.lit(f"{target}."), F.col("key"))).repartition(2, "subject"),
+                     nats_server.url, stream=target).save()
     originals = nats_client.messages(f"KV_{bucket}")
     copied = nats_client.messages(target)
     assert len(originals) == 3  # the purge rolled up a's revisions: b.c's put and delete, a's purge

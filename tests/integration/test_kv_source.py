@@ -35,7 +35,7 @@ def _watch_bucket(spark, server, bucket, target, checkpoint):
     """readStream of a bucket from its current state (lastPerSubject) into another bucket."""
     rows = (spark.readStream.format("jetstream").option("servers", server.url).option("bucket", bucket)
             .option("startingOffsets", "lastPerSubject").option("maxMessagesPerTrigger", 2).load()
-            .select("key", "data", "operation", "stream", "seq"))
+            .select("key", "data", "operation", "stream", "seq").repartition(2, "key"))
     return finished(rows.writeStream.format("jetstream").option("servers", server.url).option("bucket", target)
                     .option("ensureBucket", "create").option("checkpointLocation", str(checkpoint))
                     .trigger(availableNow=True).start())

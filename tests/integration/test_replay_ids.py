@@ -24,7 +24,8 @@ def _copy(spark, server, source: str, target: str, checkpoint, partitions: int, 
           .option("numPartitions", str(partitions)).load())
     columns = [F.lit(f"{target}.x").alias("subject"), "data"] + (["stream", "seq"] if keep_position else [])
     q = (df.select(*columns).writeStream.format("jetstream").option("servers", server.url)
-         .option("stream", target).option("checkpointLocation", str(checkpoint)).trigger(availableNow=True).start())
+         .option("stream", target).option("order", "none")  # ids under replay, straight from the read
+         .option("checkpointLocation", str(checkpoint)).trigger(availableNow=True).start())
     try:
         finished = q.awaitTermination(180)
     except StreamingQueryException:

@@ -29,6 +29,7 @@ def _copy(spark, url: str, source: str, target: str, checkpoint, partitions: int
           .option("startingOffsets", "earliest").options(**read_limit(200))
           .option("numPartitions", str(partitions)).load())
     w = (df.select(F.concat(F.lit(f"{target}."), F.col("subject")).alias("subject"), "data", "stream", "seq")
+         .repartition(partitions, "subject")  # the ordered copy: each subject in one write task
          .writeStream.format("jetstream").option("servers", url).option("stream", target)
          .option("checkpointLocation", str(checkpoint)))
     for k, v in options.items():

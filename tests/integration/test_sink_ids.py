@@ -3,7 +3,8 @@ the read and the write, and a replayed micro-batch gives every row its id again.
 
 Rows that carry the source's ``stream``/``seq`` get content ids: the same source message made
 into several rows (a union with another subject, two servers' streams named alike) must not
-collide; an empty ``msg_id`` (column or header) is no id, so the generated one stands.
+collide; an empty ``msg_id`` (column or header) is no id, so the generated one stands. The copies
+here are about ids, not order: written straight from the read with ``order=none``.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ def test_a_union_of_one_read_under_two_subjects_stores_every_row(spark, nats_ser
     seq = F.col("seq").cast("string")
     both = df.withColumn("subject", F.concat(F.lit(f"{target}.a."), seq)).union(
         df.withColumn("subject", F.concat(F.lit(f"{target}.b."), seq)))
-    write(both, nats_server)
+    write(both, nats_server, order="none")
     assert _stored(nats_client, target) == sorted(
         (f"{target}.{side}.{s}", f"m{s - 1}".encode()) for side in "ab" for s in (1, 2, 3))
 
@@ -54,7 +55,7 @@ def test_two_servers_streams_of_one_name_merge_into_one_target(spark, nats_serve
                 reads = [_read(spark, url, "ORDERS") for url in (nats_server.url, other.url)]
                 merged = reads[0].union(reads[1]).withColumn("subject", F.lit(f"{target}.x"))
                 assert merged.select("seq", "data").distinct().count() == 2  # alike but for the timestamp
-                write(merged, nats_server)
+                write(merged, nats_server, order="none")
             finally:
                 other_client.close()
         assert _stored(nats_client, target) == [(f"{target}.x", b"m0")] * 2 + [(f"{target}.x", b"m1")] * 2
@@ -68,7 +69,7 @@ def _replayed(spark, server, checkpoint, build) -> None:
     def run():
         df = (spark.readStream.format("jetstream").option("servers", server.url)
               .option("startingOffsets", "earliest").option("numPartitions", "2"))
-        q = (build(df).writeStream.format("jetstream").option("servers", server.url)
+        q = (build(df).writeStream.format("jetstream").option("servers", server.url).option("order", "none")
              .option("checkpointLocation", str(checkpoint)).trigger(availableNow=True).start())
         return finished(q)
 

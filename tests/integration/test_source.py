@@ -286,7 +286,7 @@ def test_round_trip_stream_spark_stream(spark, nats_server, nats_client, stream_
     publish(nats_client, f"{stream_name}.b", 2, start=3)
     df = read(spark, nats_server, stream=stream_name)
     (df.withColumn("subject", F.regexp_replace("subject", f"^{stream_name}", f"{stream_name}C"))
-       .write.format("jetstream").mode("append").option("servers", nats_server.url)
+       .repartition(2, "subject").write.format("jetstream").mode("append").option("servers", nats_server.url)
        .option("stream", stream_name + "C").save())
     copied = sorted(nats_client.messages(stream_name + "C"), key=lambda m: m.data)
     original = sorted(nats_client.messages(stream_name), key=lambda m: m.data)

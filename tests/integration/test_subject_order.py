@@ -1,24 +1,29 @@
-"""Copies that keep each subject's (each key's) order through parallel reads and writes (issue #23).
+"""Copies that keep each subject's (each key's) order through parallel reads and writes (issues #23, #32).
 
-A read split by sequence ranges spreads one subject's history over every partition, and the
-write tasks that follow run in parallel: a later message of a subject could be stored before
-an earlier one. Split by subject (the default), each subject is read by one partition in
-sequence order and written by the task that read it. nats-py is the judge of both ends.
+A read is split into sequence ranges (each message delivered once), so one subject's history is
+in every partition. A copy keeps each subject's order through ``repartition(n, "subject")``: each
+subject is then written by one task, which publishes its rows in source sequence order. A copy
+without it (a narrow plan: each read task writes its own range) is refused before anything is
+published. ``split=subject`` keeps each subject in one read partition instead (no shuffle, more
+work for the server). nats-py is the judge of both ends.
 """
 
 from __future__ import annotations
 
+import asyncio
+
+import pytest
 from pyspark.sql import functions as F
 
 from ..helpers import finished, history, jetstream_writer, kv_keys, latest
 
 
 def _interleaved(nats_client, subjects: list[str], rounds: int) -> None:
-    """``rounds`` messages per subject, the subjects taking turns: every range holds every subject."""
+    """``rounds`` messages per subject, the subjects taking turns: every range holds every subject (a
+    round's publishes are awaited together, so the subjects' order within a round is the server's)."""
     async def go():
         for r in range(rounds):
-            for s in subjects:
-                await nats_client.js.publish(s, f"{s}:{r}".encode())
+            await asyncio.gather(*(nats_client.js.publish(s, f"{s}:{r}".encode()) for s in subjects))
 
     nats_client.run(go(), timeout=120)
 
@@ -30,7 +35,7 @@ def _by_subject(messages, prefix: str = "") -> dict[str, list[bytes]]:
     return out
 
 
-def _copy_of_interleaved(spark, nats_server, nats_client, stream_name: str, subjects_of, rounds: int):
+def _copy_of_interleaved(spark, nats_server, nats_client, stream_name: str, subjects_of, rounds: int, **options):
     """A source stream of ``rounds`` interleaved messages on each of ``subjects_of(source)``, an empty
     target stream, and a 4-partition read of the source: (source, target, read)."""
     source, target = stream_name + "S", stream_name + "T"
@@ -38,25 +43,93 @@ def _copy_of_interleaved(spark, nats_server, nats_client, stream_name: str, subj
     nats_client.add_stream(target, [f"{target}.>"], allow_msg_ttl=True)
     _interleaved(nats_client, subjects_of(source), rounds)
     read = (spark.read.format("jetstream").option("servers", nats_server.url).option("stream", source)
-            .option("numPartitions", "4").load())
-    return source, target, read
+            .option("numPartitions", "4"))
+    for k, v in options.items():
+        read = read.option(k, v)
+    return source, target, read.load()
 
 
-def test_a_stream_copy_with_four_partitions_keeps_every_subjects_order(spark, nats_server, nats_client,
-                                                                        stream_name):
+def test_a_copy_straight_from_a_read_split_by_sequence_is_refused_before_it_publishes(spark, nats_server,
+                                                                                     nats_client, stream_name):
+    source, target, read = _copy_of_interleaved(spark, nats_server, nats_client, stream_name,
+                                                lambda source: [f"{source}.dev{i}" for i in range(6)], 20)
+    copy = read.withColumn("subject", F.concat(F.lit(f"{target}."), F.col("subject")))
+    with pytest.raises(Exception) as refused:
+        jetstream_writer(copy, nats_server.url, stream=target).save()
+    text = str(refused.value)
+    assert "OrderError" in text and f"stream '{source}' split into 4 sequence ranges" in text
+    assert '.repartition(n, "subject")' in text and "order='none'" in text
+    assert nats_client.stored_count(target) == 0  # refused before anything was published
+    # Without the source's positions there is nothing to sort by: refused all the same.
+    with pytest.raises(Exception, match="OrderError"):
+        jetstream_writer(copy.select("subject", "data"), nats_server.url, stream=target).save()
+    assert nats_client.stored_count(target) == 0
+    # order=none: published as the tasks go (the user said the target needs no order).
+    jetstream_writer(copy, nats_server.url, stream=target, order="none").save()
+    assert nats_client.stored_count(target) == 120
+
+
+@pytest.mark.parametrize("write_partitions", [4, 3])
+def test_a_stream_copy_through_a_shuffle_keeps_every_subjects_order(spark, nats_server, nats_client, stream_name,
+                                                                    write_partitions):
     source, target, read = _copy_of_interleaved(spark, nats_server, nats_client, stream_name,
                                                 lambda source: [f"{source}.dev{i}" for i in range(6)], 300)
     assert read.rdd.getNumPartitions() == 4
-    copy = read.withColumn("subject", F.concat(F.lit(f"{target}."), F.col("subject")))
+    copy = (read.withColumn("subject", F.concat(F.lit(f"{target}."), F.col("subject")))
+            .repartition(write_partitions, "subject"))
     jetstream_writer(copy, nats_server.url, stream=target).save()
-
     original = _by_subject(nats_client.messages(source))
     copied = _by_subject(nats_client.messages(target), f"{target}.")
     assert copied == original  # every subject: all 300, in the source's order
 
 
-def test_a_streaming_copy_keeps_order_across_micro_batches_and_partitions(spark, nats_server, nats_client,
-                                                                          stream_name, tmp_path):
+def test_a_shuffle_that_hands_a_task_the_later_rows_first_is_put_back_in_order(spark, nats_server, nats_client,
+                                                                               stream_name):
+    """A reduce task gets its map outputs in no fixed order; here the map task holding the later half of the
+    stream comes first (a union of the later read and the earlier one), so each write task receives every
+    subject's later messages before its earlier ones: the sink publishes them in source order all the same."""
+    source, target, _ = _copy_of_interleaved(spark, nats_server, nats_client, stream_name,
+                                             lambda source: [f"{source}.dev{i}" for i in range(6)], 50)
+
+    def part(**options):
+        r = spark.read.format("jetstream").option("servers", nats_server.url).option("stream", source)
+        for k, v in options.items():
+            r = r.option(k, v)
+        return r.option("numPartitions", "1").load()
+
+    later_first = part(startingOffsets="151").union(part(endingOffsets="150"))
+    copy = (later_first.withColumn("subject", F.concat(F.lit(f"{target}."), F.col("subject")))
+            .repartition(3, "subject"))
+    arrived = copy.select("seq", F.spark_partition_id().alias("p")).collect()
+    assert any(a.seq > b.seq for a, b in zip(arrived, arrived[1:], strict=False) if a.p == b.p)  # really reversed
+    jetstream_writer(copy, nats_server.url, stream=target).save()
+    assert _by_subject(nats_client.messages(target), f"{target}.") == _by_subject(nats_client.messages(source))
+
+
+def test_a_task_holding_more_than_its_buffer_spills_and_merges_in_order(spark, nats_server, nats_client,
+                                                                        stream_name):
+    """``order.maxBufferBytes`` at its least (1 MiB) and about 4 MiB of rows per write task: the task sorts
+    and spills runs to local files and merges them; the copy is whole and in order all the same."""
+    source, target, _ = _copy_of_interleaved(spark, nats_server, nats_client, stream_name,
+                                             lambda source: [f"{source}.k{i}" for i in range(20)], 1000)
+
+    def part(**options):  # the later half first: every task gets its subjects' later rows before the earlier
+        r = spark.read.format("jetstream").option("servers", nats_server.url).option("stream", source)
+        for k, v in options.items():
+            r = r.option(k, v)
+        return r.option("numPartitions", "1").load()
+
+    read = part(startingOffsets="10001").union(part(endingOffsets="10000"))
+    padded = read.withColumn("data", F.concat(F.col("data"), F.lit(b"x" * 400)))
+    copy = (padded.withColumn("subject", F.concat(F.lit(f"{target}."), F.col("subject")))
+            .repartition(2, "subject"))
+    jetstream_writer(copy, nats_server.url, stream=target, order__maxBufferBytes="1048576").save()
+    copied = _by_subject(nats_client.messages(target), f"{target}.")
+    assert {k: [d[:-400] for d in v] for k, v in copied.items()} == _by_subject(nats_client.messages(source))
+
+
+def test_a_streaming_copy_through_a_shuffle_keeps_order_across_micro_batches(spark, nats_server, nats_client,
+                                                                             stream_name, tmp_path):
     source, target = stream_name + "S", stream_name + "T"
     nats_client.add_stream(source, [f"{source}.>"])
     nats_client.add_stream(target, [f"{target}.>"], allow_msg_ttl=True)
@@ -65,19 +138,18 @@ def test_a_streaming_copy_keeps_order_across_micro_batches_and_partitions(spark,
     read = (spark.readStream.format("jetstream").option("servers", nats_server.url).option("stream", source)
             .option("startingOffsets", "earliest").option("numPartitions", "4")
             .option("maxMessagesPerTrigger", "250").load())
-    query = (read.withColumn("subject", F.concat(F.lit(f"{target}."), F.col("subject")))
+    query = (read.withColumn("subject", F.concat(F.lit(f"{target}."), F.col("subject"))).repartition(3, "subject")
              .writeStream.format("jetstream").option("servers", nats_server.url).option("stream", target)
              .option("checkpointLocation", str(tmp_path / "cp")).trigger(availableNow=True).start())
     finished(query)
-    offsets = [p["sources"][0]["endOffset"] for p in query.recentProgress if p["numInputRows"]]
-    assert len(offsets) >= 2  # several micro-batches, each split by subject
+    assert len([p for p in query.recentProgress if p["numInputRows"]]) >= 2  # several micro-batches
     assert _by_subject(nats_client.messages(target), f"{target}.") == _by_subject(nats_client.messages(source))
 
 
-def test_a_bucket_copy_with_four_partitions_ends_with_the_sources_values(spark, nats_server, nats_client,
-                                                                          stream_name):
-    """8 keys updated 150 times each, interleaved; copied bucket to bucket: nats-py's get() and
-    history() on the copy equal the source's for every key."""
+def test_a_bucket_copy_through_a_shuffle_by_key_ends_with_the_sources_values_and_history(spark, nats_server,
+                                                                                        nats_client, stream_name):
+    """8 keys updated 150 times each, interleaved; read in 4 sequence ranges, repartitioned by key and
+    copied bucket to bucket: nats-py's get() and history() on the copy equal the source's for every key."""
     a, b = f"A{stream_name}", f"B{stream_name}"
     kv_a = nats_client.run(nats_client.js.create_key_value(bucket=a, history=64))
     kv_b = nats_client.run(nats_client.js.create_key_value(bucket=b, history=64))
@@ -91,20 +163,20 @@ def test_a_bucket_copy_with_four_partitions_ends_with_the_sources_values(spark, 
     nats_client.run(fill(), timeout=120)
     read = (spark.read.format("jetstream").option("servers", nats_server.url).option("bucket", a)
             .option("numPartitions", "4").load())
-    jetstream_writer(read, nats_server.url, bucket=b).save()
+    jetstream_writer(read.repartition(4, "key"), nats_server.url, bucket=b).save()
     assert kv_keys(nats_client, kv_b) == keys
     for k in keys:
         assert latest(nats_client, kv_b, k) == f"{k}:149".encode()
         assert history(nats_client, kv_b, k) == history(nats_client, kv_a, k)
 
 
-def test_more_subjects_than_the_consumers_filter_are_each_read_once_in_order(spark, nats_server, nats_client,
-                                                                            stream_name):
-    """1,000 flat subjects over 4 partitions: 250 groups each, more than the server filters well (and than
-    one consumer's filters), so each partition reads the whole range and keeps its own subjects. Every
-    message once, each subject in one partition, and a copy keeps every subject's order."""
+def test_split_by_subject_needs_no_shuffle(spark, nats_server, nats_client, stream_name):
+    """``split=subject``, 1,000 flat subjects over 4 partitions: each partition reads the whole range and
+    keeps its own subjects. Every message once, each subject in one partition, and a copy straight from
+    the read (no shuffle) keeps every subject's order."""
     source, target, read = _copy_of_interleaved(spark, nats_server, nats_client, stream_name,
-                                                lambda source: [f"{source}.k{i:04d}" for i in range(1000)], 3)
+                                                lambda source: [f"{source}.k{i:04d}" for i in range(1000)], 3,
+                                                split="subject")
     rows = read.select("seq", "subject", F.spark_partition_id().alias("p")).collect()
     assert sorted(r.seq for r in rows) == list(range(1, 3001))
     partitions_of: dict[str, set[int]] = {}
@@ -117,34 +189,64 @@ def test_more_subjects_than_the_consumers_filter_are_each_read_once_in_order(spa
     assert _by_subject(nats_client.messages(target), f"{target}.") == _by_subject(nats_client.messages(source))
 
 
-def test_a_sequence_split_reads_every_message_once(spark, nats_server, nats_client, stream_name):
-    """``split=sequence`` (ranges, no order promise) still reads the whole range exactly once."""
+def test_the_default_split_reads_every_message_once_in_ranges(spark, nats_server, nats_client, stream_name):
     nats_client.add_stream(stream_name, [f"{stream_name}.>"])
     _interleaved(nats_client, [f"{stream_name}.x{i}" for i in range(3)], 50)
     read = (spark.read.format("jetstream").option("servers", nats_server.url).option("stream", stream_name)
-            .option("numPartitions", "4").option("split", "sequence").load())
-    assert sorted(r.seq for r in read.select("seq").collect()) == list(range(1, 151))
+            .option("numPartitions", "4").load())
+    rows = read.select("seq", F.spark_partition_id().alias("p")).collect()
+    assert sorted(r.seq for r in rows) == list(range(1, 151))
+    ranges = {}
+    for r in rows:
+        ranges.setdefault(r.p, []).append(r.seq)
+    assert [(min(s), max(s)) for _, s in sorted(ranges.items())] == [(1, 38), (39, 76), (77, 113), (114, 150)]
 
 
-def test_a_copy_whose_order_was_broken_before_the_write_says_so_in_its_commit_line(spark, nats_server, nats_client,
-                                                                                   stream_name, worker_logging):
-    """A shuffle between read and write (here a sort by sequence, descending) hands the task every subject's
-    rows in reverse: the sink cannot restore the order, but it sees the source's sequences and counts the
-    rows that came after a later one of their subject (3 subjects x 9 steps back); a copy as read counts none."""
+def test_rows_reordered_before_the_write_are_put_back_or_counted(spark, nats_server, nats_client, stream_name,
+                                                                worker_logging):
+    """A transformation between read and write hands the task every subject's rows in reverse (a sort by
+    sequence, descending). order=subject (the default) publishes them in source order all the same;
+    order=none publishes them as they come and counts, in the commit line, the rows that came after a
+    later one of their subject (3 subjects x 9 steps back)."""
     from ..helpers import worker_log
 
     source = stream_name
     nats_client.add_stream(source, [f"{source}.>"])
     _interleaved(nats_client, [f"{source}.s{i}" for i in range(3)], 10)
-    rows = (spark.read.format("jetstream").option("servers", nats_server.url).option("stream", source).load()
-            .select(F.concat(F.lit("X"), F.col("subject")).alias("subject"), "data", "stream", "seq"))
-    for target, df in ((f"{source}_KEPT", rows), (f"{source}_BROKEN", rows.coalesce(1).sortWithinPartitions(F.desc("seq")))):
-        nats_client.add_stream(target, [f"X{source}.>"] if target.endswith("KEPT") else [f"Y{source}.>"])
-        out = df if target.endswith("KEPT") else df.withColumn("subject", F.regexp_replace("subject", "^X", "Y"))
-        jetstream_writer(out, nats_server.url, stream=target).save()
+    reversed_rows = (spark.read.format("jetstream").option("servers", nats_server.url).option("stream", source).load()
+                     .select("subject", "data", "stream", "seq").coalesce(1).sortWithinPartitions(F.desc("seq")))
+    for order, prefix in (("subject", "X"), ("none", "Y")):
+        target = f"{source}_{prefix}"
+        nats_client.add_stream(target, [f"{prefix}{source}.>"])
+        out = reversed_rows.withColumn("subject", F.concat(F.lit(prefix), F.col("subject")))
+        jetstream_writer(out, nats_server.url, stream=target, order=order).save()
+    assert _by_subject(nats_client.messages(f"{source}_X"), "X") == _by_subject(nats_client.messages(source))
+    assert all(v == list(reversed(_by_subject(nats_client.messages(source))[k]))
+               for k, v in _by_subject(nats_client.messages(f"{source}_Y"), "Y").items())
     lines = [m for m in worker_log(spark, "pyspark_jetstream.sink") if "committed:" in m and stream_name in m]
-    kept = [m for m in lines if f"'{source}_KEPT'" in m]
-    broken = [m for m in lines if f"'{source}_BROKEN'" in m]
+    kept = [m for m in lines if f"'{source}_X'" in m]
+    broken = [m for m in lines if f"'{source}_Y'" in m]
     assert len(kept) == 1 and "source order was broken" not in kept[0], lines
     assert len(broken) == 1 and ", 27 rows came after a later source sequence of their subject in the same task" \
         in broken[0], lines
+
+
+def test_a_copy_spread_over_tasks_another_way_is_named_in_the_commit_line(spark, nats_server, nats_client,
+                                                                         stream_name, worker_logging):
+    """Rows that reach the sink without the read's notes and without a shuffle by subject (here: a cache of
+    the read, then a round-robin repartition) are sorted within each task, but a subject's rows are in
+    several tasks: the commit line says so, naming one subject and its tasks."""
+    from ..helpers import worker_log
+
+    source, target, read = _copy_of_interleaved(spark, nats_server, nats_client, stream_name,
+                                                lambda source: [f"{source}.d{i}" for i in range(40)], 10)
+    copy = read.withColumn("subject", F.concat(F.lit(f"{target}."), F.col("subject"))).repartition(3)
+    jetstream_writer(copy, nats_server.url, stream=target).save()
+    lines = [m for m in worker_log(spark, "pyspark_jetstream.sink") if f"to stream '{target}'" in m]
+    assert any("were written by more than one task" in m and "'.repartition(n" not in m for m in lines), lines
+    shuffled_target = target + "OK"
+    nats_client.add_stream(shuffled_target, [f"{shuffled_target}.>"], allow_msg_ttl=True)
+    jetstream_writer(read.withColumn("subject", F.concat(F.lit(f"{shuffled_target}."), F.col("subject")))
+                     .repartition(3, "subject"), nats_server.url, stream=shuffled_target).save()
+    lines = [m for m in worker_log(spark, "pyspark_jetstream.sink") if f"'{shuffled_target}'" in m]
+    assert lines and not any("more than one task" in m for m in lines), lines

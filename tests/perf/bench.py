@@ -430,13 +430,13 @@ def sequence_bench(spark, url: str, repeat: int, rows: int = 1_000_000, keys: in
                    "Spark's own)")]
 
 
-def fill_with_the_sink(spark, url: str, stream: str, rows: int, size: int, rich: bool) -> None:
+def fill_with_the_sink(spark, url: str, stream: str, rows: int, size: int, rich: bool, subjects: int = 8) -> None:
     """The connector's own output: every message with a generated Nats-Msg-Id and a Nats-TTL; with
     ``rich``, three user headers too (X-Tag twice)."""
     from pyspark.sql import functions as F
 
     df = spark.range(rows, numPartitions=2).select(
-        F.concat(F.lit(f"{stream}.s"), (F.col("id") % 8).cast("string")).alias("subject"),
+        F.concat(F.lit(f"{stream}.s"), (F.col("id") % subjects).cast("string")).alias("subject"),
         F.expr(f"cast(repeat('x', {size}) as binary)").alias("data"), F.lit("1h").alias("ttl"))
     if rich:
         df = df.withColumn("headers", F.create_map(
@@ -611,6 +611,51 @@ def write_chart(results: list[Result], path: str) -> None:
     fig.savefig(path, dpi=110, bbox_inches="tight")
 
 
+def write_order_chart(results: list[Result], tables: list, path: str) -> None:
+    """The order section's plot: each path's rate beside its baseline, and the server's deliveries per
+    message read by partitions and subjects (bench_order.py)."""
+    import re
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(11, 0.45 * len(results) + 6.5),
+                                      gridspec_kw={"height_ratios": [len(results) + 1, 6]})
+    labels = [r.path for r in results]
+    values = [r.rows_per_s / 1000 for r in results]
+    top.barh(labels, values, color=["#9aa5b1" if r.baseline is None else "#2f6fdf" for r in results])
+    top.invert_yaxis()
+    top.set_xlabel("thousand rows/s (grey: the baseline, measured in the same run)")
+    top.set_title("Order without the price: reads and copies beside their baselines")
+    for y, v in enumerate(values):
+        top.text(v, y, f" {v:,.1f}k", va="center", fontsize=8)
+    cells = []
+    for _, table in tables:
+        for line in table.splitlines()[2:]:
+            parts = [p.strip() for p in line.strip("|").split("|")]
+            cells.append((int(parts[0].replace(",", "")), int(parts[1]), float(parts[2]), float(parts[4])))
+    subjects = sorted({c[0] for c in cells})
+    partitions = sorted({c[1] for c in cells})
+    width = 0.8 / (2 * len(partitions))
+    for k, p in enumerate(partitions):
+        for j, (what, column) in enumerate((("plain read", 2), ("ordered copy", 3))):
+            xs = [i + (2 * k + j) * width for i in range(len(subjects))]
+            ys = [next(c[column] for c in cells if c[0] == s and c[1] == p) for s in subjects]
+            bottom.bar(xs, ys, width, label=f"{what}, {p} partitions",
+                       color=plt.cm.Blues(0.4 + 0.2 * k) if j == 0 else plt.cm.Oranges(0.4 + 0.2 * k))
+    bottom.axhline(1.2, color="#c0392b", linestyle="--", linewidth=1, label="target: at most 1.2")
+    bottom.set_xticks([i + 0.4 - width / 2 for i in range(len(subjects))], [f"{s:,} subjects" for s in subjects])
+    bottom.set_ylabel("delivered per message read")
+    bottom.set_ylim(0, 1.6)
+    bottom.legend(fontsize=7, ncol=2)
+    bottom.set_title(re.sub(r"\s+", " ", tables[0][0]) if tables else "")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110, bbox_inches="tight")
+
+
 def print_table(results: list[Result]) -> str:
     """Print the Markdown table and return it."""
     by_path = {r.path: r for r in results}
@@ -636,9 +681,10 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="smaller sizes (under 3 minutes)")
     parser.add_argument("--repeat", type=int, default=3, help="runs per path; the median is kept")
     parser.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results"))
-    parser.add_argument("--only", choices=("copies", "sequence"),
+    parser.add_argument("--only", choices=("copies", "sequence", "order"),
                         help="run one section only: 'copies' (the two splits, the replay records' cost), "
-                        "'sequence' (a KV write with sequenceBy beside the same write without it)")
+                        "'sequence' (a KV write with sequenceBy beside the same write without it), 'order' "
+                        "(issue #32: deliveries per message, ordered copies at scale, bench_order.py)")
     args = parser.parse_args()
     quick, repeat = args.quick, (1 if args.quick else args.repeat)
 
@@ -658,6 +704,19 @@ def main() -> int:
     from pyspark.sql import functions as F
 
     from pyspark_jetstream.tools.server import EmbeddedNatsServer
+
+    if args.only == "order":
+        import bench_order
+
+        started = time.perf_counter()
+        http = bench_order.free_port()
+        with EmbeddedNatsServer(config=f"http_port: {http}\n") as server:
+            results, notes, tables = bench_order.main(server.url, http, quick, repeat)
+        suffix = "order-quick" if quick else "order"
+        for title, table in tables:
+            notes.insert(0, f"{title}:\n\n{table}\n")
+        write_order_chart(results, tables, os.path.join(args.out, f"bench-{suffix}.png"))
+        return _report(results, notes, started, args.out, suffix, chart=False)
 
     if args.only == "sequence":
         with EmbeddedNatsServer() as server:
@@ -834,7 +893,8 @@ def main() -> int:
     return _report(results, notes, started, args.out, "quick" if quick else "full")
 
 
-def _report(results: list[Result], notes: list[str], started: float, out: str, suffix: str) -> int:
+def _report(results: list[Result], notes: list[str], started: float, out: str, suffix: str,
+            chart: bool = True) -> int:
     table = print_table(results)
     notes.append(f"Total harness time: {time.perf_counter() - started:.0f} s ({suffix} run).")
     for note in notes:
@@ -842,7 +902,8 @@ def _report(results: list[Result], notes: list[str], started: float, out: str, s
     os.makedirs(out, exist_ok=True)
     with open(os.path.join(out, f"bench-{suffix}.md"), "w") as f:
         f.write(table + "\n\n" + "\n".join(notes) + "\n")
-    write_chart(results, os.path.join(out, f"bench-{suffix}.png"))
+    if chart:
+        write_chart(results, os.path.join(out, f"bench-{suffix}.png"))
     print(f"Wrote {out}/bench-{suffix}.md and .png")
     return 0
 

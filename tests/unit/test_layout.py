@@ -29,7 +29,7 @@ LAYERS = {
     "errors": 0, "logs": 0, "threads": 0,
     "protocol": 1,
     "options": 2,
-    "client": 3, "spark_api": 3,
+    "client": 3, "spark_api": 3, "task_notes": 3,
     "source": 4, "sink": 4,
     "datasource": 5, "progress": 5,
     "tools": 6, "__init__": 6,

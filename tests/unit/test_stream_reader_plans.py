@@ -36,7 +36,8 @@ def test_one_stream_info_per_micro_batch(monkeypatch):
 def test_the_split_is_recorded_with_the_offset_and_replayed_as_recorded(monkeypatch):
     monkeypatch.setattr(reader, "_bounds", lambda opts: StreamBounds(first_seq=1, last_seq=40, created="t0",
                                                                       num_subjects=6))
-    opts = parse_source_options({"stream": "S", "startingOffsets": "earliest", "numPartitions": "4"}, streaming=True)
+    opts = parse_source_options({"stream": "S", "startingOffsets": "earliest", "numPartitions": "4",
+                                 "split": "subject"}, streaming=True)
     r = reader.JetStreamStreamReader(opts)
     start = r.initialOffset()
     end = r.latestOffset(start, ReadAllAvailable())
@@ -55,16 +56,16 @@ def test_the_split_is_recorded_with_the_offset_and_replayed_as_recorded(monkeypa
     assert {p.split for p in r.partitions(start, grouped)} == {(2, 3)}
 
 
-def test_split_sequence_keeps_contiguous_ranges(monkeypatch):
+def test_the_default_split_is_contiguous_sequence_ranges(monkeypatch):
     monkeypatch.setattr(reader, "_bounds", lambda opts: StreamBounds(first_seq=1, last_seq=40, created="t0",
                                                                       num_subjects=6))
-    opts = parse_source_options({"stream": "S", "startingOffsets": "earliest", "numPartitions": "4",
-                                 "split": "sequence"}, streaming=True)
+    opts = parse_source_options({"stream": "S", "startingOffsets": "earliest", "numPartitions": "4"}, streaming=True)
     r = reader.JetStreamStreamReader(opts)
     start = r.initialOffset()
     end = r.latestOffset(start, ReadAllAvailable())
     assert "split" not in end
-    assert [(p.first, p.last) for p in r.partitions(start, end)] == [(1, 10), (11, 20), (21, 30), (31, 40)]
+    parts = r.partitions(start, end)
+    assert [(p.first, p.last, p.count) for p in parts] == [(1, 10, 4), (11, 20, 4), (21, 30, 4), (31, 40, 4)]
 
 
 def test_without_a_start_pyspark_4_0_gets_the_streams_end_and_an_idle_poll_lists_nothing(monkeypatch):
@@ -75,7 +76,8 @@ def test_without_a_start_pyspark_4_0_gets_the_streams_end_and_an_idle_poll_lists
     monkeypatch.setattr(reader, "_bounds", lambda opts: StreamBounds(first_seq=1, last_seq=last[0], created="t0",
                                                                       num_subjects=1000))
     monkeypatch.setattr(reader, "_split_depth", lambda opts, bounds, parts: listings.append(1) or None)
-    opts = parse_source_options({"stream": "S", "startingOffsets": "earliest", "numPartitions": "4"}, streaming=True)
+    opts = parse_source_options({"stream": "S", "startingOffsets": "earliest", "numPartitions": "4",
+                                 "split": "subject"}, streaming=True)
     r = reader.JetStreamStreamReader(opts)
     first = r.latestOffset()
     assert (first["seq"], first["split"], len(listings)) == (500, "subject", 1)

@@ -6,20 +6,20 @@ import random
 
 import pytest
 
-from pyspark_jetstream.protocol.subjects import subject_matches
+from pyspark_jetstream.protocol.subjects import intersect, subject_matches
 from pyspark_jetstream.source.subject_split import (
     ALL,
     MAX_FILTERS,
     MAX_KNOWN,
     SERVER_FILTERS,
-    Ownership,
+    SubjectKeep,
     choose_depth,
     chunks,
     consumers_for,
     filters_for,
     group_of,
-    intersect,
     owner,
+    sequence_consumer,
 )
 
 
@@ -116,9 +116,9 @@ def test_chunks():
 
 def _reads(consumers: list, subject: str) -> bool:
     """Whether a partition running ``consumers`` takes ``subject``'s messages (a consumer without
-    filters delivers every subject; an ownership keeps only its own)."""
+    filters delivers every subject; a keep keeps only its own)."""
     return any((not filters or any(subject_matches(f, subject) for f in filters))
-               and (ownership is None or ownership.owns(subject.encode())) for filters, ownership in consumers)
+               and (keep is None or keep.keeps(subject.encode())) for filters, keep in consumers)
 
 
 @pytest.mark.parametrize("user_filters", [(), tuple(f"t.*.d{j}" for j in range(20))])
@@ -133,7 +133,7 @@ def test_many_groups_are_kept_by_owner_on_the_client(user_filters):
             server_side = filters_for(flat, depth, 4, i, user_filters)
             if len(server_side) > SERVER_FILTERS:
                 assert [f for f, _ in plan] == [tuple(sorted(user_filters))]
-                assert all(o is not None and o.index == i for _, o in plan)
+                assert all(o is not None and o.index == i and o.partitions == 4 for _, o in plan)
             else:
                 assert plan == [(f, None) for f in chunks(server_side)]
         kept_by_owner.update(i for i, plan in enumerate(plans) if any(o is not None for _, o in plan))
@@ -152,10 +152,10 @@ def test_a_snapshot_keeps_the_server_filters_in_chunks():
 
 
 def test_ownership_remembers_and_reads_bytes_that_are_not_utf8():
-    own = Ownership(None, 4, owner("a.b", 4))
-    assert own.owns(b"a.b") and own.known == {b"a.b": True}
+    own = SubjectKeep(None, None, 4, owner("a.b", 4))
+    assert own.keeps(b"a.b") and own.known == {b"a.b": True}
     odd = b"a.\xff"
-    assert own.owns(odd) == (owner("a.\ufffd", 4) == own.index)
+    assert own.keeps(odd) == (owner("a.\ufffd", 4) == own.index)
 
 
 def test_a_few_groups_are_left_to_the_server():
@@ -165,16 +165,28 @@ def test_a_few_groups_are_left_to_the_server():
     assert sorted(f for plan in plans for filters, _ in plan for f in filters) == sorted(subjects)
 
 
-def test_user_filters_that_contain_others_are_read_once_and_partial_overlaps_stay_with_the_server():
+def test_user_filters_that_contain_others_are_read_once_and_partial_overlaps_through_a_cover():
     """A consumer refuses overlapping filter subjects: repeats and filters inside another are dropped;
-    filters that overlap only in part keep the server's narrowed filters (each subject once)."""
+    filters that overlap only in part are read through one pattern covering them, kept by pattern."""
     flat = [f"t.s{i}.d{j}" for i in range(30) for j in range(40)]
     contained = consumers_for(flat, None, 4, 1, ("t.>", "t.s1.>", "t.>"))
     assert [f for f, _ in contained] == [("t.>",)] and contained[0][1] is not None
+    assert contained[0][1].patterns is None  # exact: only the owner is checked
     partial = consumers_for(flat, None, 4, 1, ("t.*.d1", "t.s1.>"))
-    assert all(o is None for _, o in partial)
-    readers = [i for i in range(4) if _reads(consumers_for(flat, None, 4, i, ("t.*.d1", "t.s1.>")), "t.s1.d1")]
-    assert readers == [owner("t.s1.d1", 4)]
+    assert [f for f, _ in partial] == [("t.*.>",)] and partial[0][1].patterns == ("t.*.d1", "t.s1.>")
+    plans = [consumers_for(flat, None, 4, i, ("t.*.d1", "t.s1.>")) for i in range(4)]
+    for subject in flat + ["t.s1.d1"]:
+        readers = [i for i in range(4) if _reads(plans[i], subject)]
+        wanted = subject_matches("t.*.d1", subject) or subject_matches("t.s1.>", subject)
+        assert readers == ([owner(subject, 4)] if wanted else []), subject
+
+
+def test_a_sequence_range_reads_overlapping_filters_once_each():
+    assert sequence_consumer(("t.>", "t.s1.*")) == (("t.>",), None)
+    assert sequence_consumer(()) == ((), None)
+    server, keep = sequence_consumer(("a.*.c", "a.b.>"))
+    assert server == ("a.*.>",) and keep.patterns == ("a.*.c", "a.b.>")
+    assert keep.keeps(b"a.x.c") and keep.keeps(b"a.b.q.r") and not keep.keeps(b"a.x.d")
 
 
 def test_one_partition_or_one_group_never_needs_an_ownership():
@@ -185,8 +197,8 @@ def test_one_partition_or_one_group_never_needs_an_ownership():
 
 
 def test_ownership_memory_is_bounded():
-    own = Ownership(None, 4, 0)
+    own = SubjectKeep(None, None, 4, 0)
     for i in range(MAX_KNOWN + 10):
-        own.owns(f"k.{i}".encode())
+        own.keeps(f"k.{i}".encode())
     assert len(own.known) <= MAX_KNOWN
-    assert own.owns(b"k.1") == (owner("k.1", 4) == 0)
+    assert own.keeps(b"k.1") == (owner("k.1", 4) == 0)

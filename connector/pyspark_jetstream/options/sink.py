@@ -69,6 +69,16 @@ SINK_OPTIONS: tuple[OptionSpec, ...] = (
     OptionSpec("sinkState.ttl", "168h", "Expected a duration of at least 1m, such as '168h'.",
                "How long the sink's records live (the state bucket's MaxAge when the sink creates it): a replay "
                "or a `writeId` retry later than this may store rows again.", parse_duration_seconds(60.0)),
+    OptionSpec("order", "subject", "Expected 'subject' or 'none'.",
+               "`subject`: each subject's (each key's) rows are published in their source order: a task publishes "
+               "rows that carry the source's `stream` and `seq` in `seq` order, and a write whose rows come straight "
+               "from a read split into several sequence ranges is refused before it publishes (add "
+               "`.repartition(n, \"subject\")`). `none`: rows are published as they come. See "
+               "[Splits](source.md#splits-order-per-subject).", parse_choice("subject", "none")),
+    OptionSpec("order.maxBufferBytes", "268435456", "Expected an integer from 1048576 (1 MiB) up.",
+               "With `order=subject`: the rows (Arrow bytes) a write task holds in memory to put them in source "
+               "order; beyond it, they are sorted and spilled to a local file, and the files are merged.",
+               parse_int_range(1 << 20)),
     OptionSpec("maxPendingAcks", "4096", "Expected an integer from 1 to 1000000.",
                "How many publishes may await their PubAck at once.", parse_int_range(1, 1_000_000)),
     OptionSpec("ackTimeout", "30s", "Expected a duration of at least 1s, such as '30s'.",
@@ -123,6 +133,8 @@ class SinkOptions:
     state_bucket: str | None = "SPARK_JETSTREAM_SINK"  # where replays find what was stored (None: off)
     state_ttl: float = 7 * 86400.0
     sequence_by: str | None = None  # a KV write's ordering column (option 'sequenceBy', sink/sequencer.py)
+    order: str = "subject"  # 'subject': each subject's rows in source order (sink/ordering.py); 'none'
+    order_max_buffer_bytes: int = 1 << 28
 
     @property
     def stream_request(self) -> StreamRequest:
@@ -161,6 +173,7 @@ def parse_sink_options(raw: Mapping[str, str], *, elsewhere: Sequence[OptionSpec
     return SinkOptions(
         connection=connection, ensure_stream=ensure, stream_settings=settings, bucket_settings=bucket_settings,
         api_prefix=api_prefix(values), state_bucket=values["sinkState"], state_ttl=values["sinkState.ttl"],
+        order=values["order"], order_max_buffer_bytes=values["order.maxBufferBytes"],
         **as_fields(values, "stream", "subject", "defaultTtl", "preserveExpiry", "idempotent", "writeId",
                     "maxPendingAcks", "ackTimeout", "deadLetterSubject", "allowRollup", "bucket", "ensureBucket",
                     "sequenceBy"))

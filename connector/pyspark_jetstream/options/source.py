@@ -122,12 +122,14 @@ SOURCE_OPTIONS: tuple[OptionSpec, ...] = (
                "Spark partitions per micro-batch (see `split`). Default: the driver host's core count. The count "
                "is recorded with each offset, so a replayed micro-batch is split exactly as its first attempt "
                "was.", parse_int_range(1, 10_000)),
-    OptionSpec("split", "subject", "Expected 'subject' or 'sequence'.",
-               "How a read is split into partitions. `subject`: each subject's (each key's) messages are read by "
-               "one partition in sequence order, so a copy written by the sink keeps every subject's order; "
-               "`sequence`: contiguous sequence ranges, the fastest, but one subject's messages are spread over "
-               "the partitions and parallel writes can store them out of order. See [Splits](#splits-order-per-subject).",
-               parse_choice("subject", "sequence")),
+    OptionSpec("split", "sequence", "Expected 'sequence' or 'subject'.",
+               "How a read is split into partitions. `sequence`: contiguous sequence ranges, each message "
+               "delivered once, whatever the subjects; a copy keeps each subject's order through "
+               "`.repartition(n, \"subject\")` before the write (the sink refuses a copy without it). `subject`: "
+               "each subject's messages are read by one partition, so a copy needs no shuffle, at the price of "
+               "the server's work (with many subjects, every partition reads the whole range). See "
+               "[Splits](#splits-order-per-subject).",
+               parse_choice("sequence", "subject")),
     OptionSpec("failOnDataLoss", "true", "Expected 'true' or 'false'.",
                "Fail when planned sequences were removed from the stream before being read (limits, purge, TTL); "
                "`false` logs a warning with the range and goes on.", parse_bool),

@@ -80,6 +80,7 @@ class SinkCommitMessage(WriterCommitMessage):
     older_in_write: int = 0  # sequenceBy: rows left out for a newer row of their key in the same task
     older_than_stored: int = 0  # sequenceBy: rows not newer than their key's stored value
     out_of_order: int = 0  # rows as read that came right after a later source sequence of their subject (order_check)
+    subjects: Any = None  # order=subject, rows held and sorted: a sample of their subjects (ordering.SubjectSample)
     run: str | None = None  # the task's run id (``<queryId>:<batchId>`` for a micro-batch)
     query_id: str | None = None  # a streaming write's query (the task's local properties), for the driver's log
     query_name: str | None = None
@@ -222,9 +223,12 @@ class WriteTask:
         self._streams_near: dict[str, list[tuple[str, list[str]]] | None] = {}  # see _where_subjects_go
         self.already = self._replayed()
         self.sequenced = None  # option 'sequenceBy': rows are reduced per key first (sequenced_write)
-        self.order = None  # rows as read: where a subject's source order arrived broken (order_check)
+        self.order = None  # order=none, rows as read: where a subject's source order arrived broken (order_check)
+        self.undecided = opts.order == "subject" and plan.sequence is None  # see _decide_order
+        self.held = None  # order=subject, rows that came through a shuffle: held and sorted (ordering.SortedRows)
+        self.sample = None  # ... and a sample of their subjects, for the driver (ordering.SubjectSample)
         layout = plan.layout
-        if layout.as_read and layout.source_seq is not None and plan.sequence is None:
+        if layout.as_read and layout.source_seq is not None and plan.sequence is None and opts.order == "none":
             from .order_check import OrderCheck
 
             self.order = OrderCheck(layout.key if opts.bucket is not None else layout.subject,
@@ -275,15 +279,51 @@ class WriteTask:
         half a window, so the server would wait for every batch. Slices of about the refill size keep
         it fed (measured: 1 task, 200k x 100 B, 150k rows/s with 10k-row batches, 175k with 2k).
 
-        With ``sequenceBy`` the batch is only reduced here; :meth:`finish` publishes (sequenced_write)."""
+        With ``sequenceBy`` the batch is only reduced here; :meth:`finish` publishes (sequenced_write). With
+        ``order=subject``, rows that came through a shuffle are held and published in source order by
+        :meth:`finish` (ordering)."""
         if self.sequenced is not None:
             self.sequenced.add(batch, self.position)
             self.position += batch.num_rows
             return
+        if self.undecided:
+            self._decide_order()
+        if self.held is not None:
+            self.sample = self.sample.merged(self._subjects_of(batch))
+            self.held.add(batch)
+            return
         if self.order is not None:
             self.order.add(batch)
+        self._publish_sliced(batch)
+
+    def _publish_sliced(self, batch: Any) -> None:
         for part in slices(batch, max(MIN_SLICE, self.pub.low_water)):
             self._publish(part)
+
+    def _decide_order(self) -> None:
+        """``order=subject``, at the task's first rows: refuse rows that come straight from a read split by
+        sequence ranges, publish rows straight from an ordered read as they come, hold and sort the rest
+        (sink/ordering.py)."""
+        from .. import task_notes
+        from .ordering import SORT, SortedRows, SubjectSample, decide
+
+        self.undecided = False
+        layout = self.plan.layout
+        mode = decide(task_notes.take(), layout.as_read and layout.source_seq is not None,
+                      describe_target(self.opts))
+        if mode == SORT:
+            self.held = SortedRows(layout.source_seq, self.opts.order_max_buffer_bytes)
+            self.sample = SubjectSample()
+
+    def _subjects_of(self, batch: Any) -> Any:
+        """The column a row's target subject comes from (a bucket's key), or the default subject."""
+        import pyarrow as pa
+
+        layout = self.plan.layout
+        column = layout.key if self.opts.bucket is not None else layout.subject
+        if column is not None:
+            return batch.column(column).cast(pa.string())
+        return pa.array([self.opts.subject or ""] * min(batch.num_rows, 1), pa.string())
 
     def _publish(self, batch: Any) -> None:
         first = self.position
@@ -422,6 +462,13 @@ class WriteTask:
     def finish(self) -> SinkCommitMessage:
         if self.sequenced is not None:
             self.sequenced.flush()
+        if self.held is not None:
+            held, self.held = self.held, None
+            try:
+                for batch in held.batches(max(MIN_SLICE, self.pub.low_water)):
+                    self._publish(batch)
+            finally:
+                held.close()
         runtime.run(self.pub.drain())
         while self.settle():  # creates put again, dead letters: drained and settled in turn
             runtime.run(self.pub.drain())
@@ -432,10 +479,13 @@ class WriteTask:
                                  older_in_write=self.sequenced.older_in_write if self.sequenced else 0,
                                  older_than_stored=self.sequenced.older_than_stored if self.sequenced else 0,
                                  out_of_order=self.order.behind if self.order is not None else 0,
+                                 subjects=self.sample,
                                  run=self.msg_ids.run if self.msg_ids is not None else None,
                                  query_id=self.query_id, query_name=self.query_name)
 
     def close(self, failed: bool) -> None:
+        if self.held is not None:
+            self.held.close()  # its spilled runs, if any
         # A failed task leaves nothing behind to be sent after a reconnect.
         runtime.run(self.pub.abort() if failed else self.pub.close(), timeout=60)
 
@@ -461,12 +511,16 @@ def log_totals(messages: Iterable[Any], batch_id: int | None = None, target: str
     totals = {"published": 0, "duplicates": 0, "dead_lettered": 0, "expired": 0, "markers_skipped": 0,
               "already_stored": 0, "older_in_write": 0, "older_than_stored": 0, "out_of_order": 0}
     query = None
+    samples = []
     for m in messages:
         if isinstance(m, SinkCommitMessage):
             for key in totals:
                 totals[key] += getattr(m, key)
             if query is None and m.query_id is not None:
                 query = f"query '{m.query_name}'" if m.query_name else f"query id {m.query_id}"
+            if m.subjects is not None and m.subjects.entries:
+                samples.append((m.partition, m.subjects))
+    totals["shared_subjects"] = _warn_shared(samples, target)
     where = f"batch {batch_id}" if batch_id is not None else "write"
     whose = ", ".join(part for part in (query, f"to {target}" if target else None) if part)
     log.info(
@@ -489,6 +543,23 @@ def log_totals(messages: Iterable[Any], batch_id: int | None = None, target: str
         f" ({whose})" if whose else "",
     )
     return totals
+
+
+def _warn_shared(samples: list, target: str | None) -> int:
+    """Warn when a sample shows a subject written by several tasks (sink/ordering.py): their rows were put in
+    source order within each task, but the tasks published at the same time. How many sampled subjects."""
+    from .ordering import shared_subjects
+
+    shared = shared_subjects(samples)
+    if shared:
+        subject, tasks = next(iter(sorted(shared.items())))
+        log.warning(
+            "JetStream sink%s: %d of the subjects sampled from this write were written by more than one task (e.g. "
+            "%r by tasks %s), so their order in the target is not guaranteed: the rows did not come through "
+            "`.repartition(n, \"subject\")` (for a bucket, \"key\") after the read (a cache, or a shuffle by "
+            "something else?). See docs/source.md, 'Splits: order per subject'.",
+            f" (to {target})" if target else "", len(shared), subject, ", ".join(map(str, tasks)))
+    return len(shared)
 
 
 class JetStreamBatchWriter(DataSourceArrowWriter):

@@ -33,6 +33,7 @@ import uuid
 from collections.abc import Iterator
 from typing import Any
 
+from .. import task_notes
 from ..client import runtime
 from ..client.jsapi import (
     ERR_MAXIMUM_CONSUMERS,
@@ -60,7 +61,7 @@ from ..protocol.headers import PENDING_BYTES, PENDING_MESSAGES, parse_headers, p
 from ..protocol.pull_engine import Outcome, PullEngine
 from .range_tracker import RangeTracker, Step
 from .rows import BatchBuilder, RawBatch
-from .subject_split import ALL, Ownership, consumers_for
+from .subject_split import ALL, SubjectKeep, consumers_for, sequence_consumer
 
 log = get_logger("source")
 
@@ -98,7 +99,7 @@ class PartitionReader:
     def __init__(self, opts: SourceOptions, stream: str, first: int, last: int | None, out: queue.Queue,
                  max_age: float = 0.0, last_per_subject: bool = False, filters: tuple[str, ...] = (),
                  from_earliest: bool = False, expected: tuple[str, ...] | None = None,
-                 ownership: Ownership | None = None) -> None:
+                 keep: SubjectKeep | None = None) -> None:
         self.opts = opts
         self.stream = stream
         self.first = first
@@ -118,9 +119,10 @@ class PartitionReader:
         self.last = last
         self.out = out
         self.filters = filters
-        # A split by subject whose partition owns more groups than the server filters well: this consumer
-        # reads every message of its filters and keeps those of the subjects this partition owns (subject_split).
-        self.ownership = ownership
+        # Messages this consumer's filters match beyond what the partition reads: those of the subjects other
+        # partitions own (a split by subject whose partition owns more groups than the server filters well),
+        # or beyond the user's filters (which overlapped, so the consumer got a cover of them): subject_split.
+        self.keep = keep
         self.from_earliest = from_earliest  # the start is whatever the stream holds: nothing below it is lost
         self.last_per_subject = last_per_subject
         self.builder = BatchBuilder(stream, include_markers=opts.include_markers, kv_bucket=opts.bucket,
@@ -342,7 +344,7 @@ class PartitionReader:
         engine, tracker, builder, batch_size = self.engine, self.range, self.builder, self._batch_size
         bytes_mode = engine.config.bytes_mode
         snapshot = self.open_snapshot
-        owns = self.ownership.owns if self.ownership is not None else None
+        keeps = self.keep.keeps if self.keep is not None else None
         count = size = advance = 0
         try:
             for subject, reply, data, headers in frames:
@@ -368,7 +370,7 @@ class PartitionReader:
                     advance += moved
                     if bytes_mode:
                         size += len(subject) + len(reply) + len(data) + (len(headers) if headers else 0)
-                    if owns is None or owns(subject):
+                    if keeps is None or keeps(subject):
                         builder.add(subject, data, headers, sseq, ts)
                         if len(builder.seqs) >= batch_size:
                             self._emit()
@@ -402,7 +404,7 @@ class PartitionReader:
             if pending == 0:
                 self._nothing_pending()
             return
-        if self.ownership is None or self.ownership.owns(subject):
+        if self.keep is None or self.keep.keeps(subject):
             builder = self.builder
             builder.add(subject, data, headers, sseq, ts)
             if len(builder) >= self._batch_size:
@@ -418,7 +420,7 @@ class PartitionReader:
         if self.done:
             return
         self.engine.on_message(len(subject) + len(reply) + len(data) + (len(headers) if headers else 0), advance, now)
-        if subject not in self.taken:
+        if subject not in self.taken and (self.keep is None or self.keep.keeps(subject)):
             self.taken.add(subject)
             self.builder.add(subject, data, headers, sseq, ts)
             if len(self.builder) >= self._batch_size:
@@ -644,18 +646,18 @@ def _builds(raw: RawBatch) -> bool:
 
 async def _resolve(opts: SourceOptions, stream: str, first: int, last: int | None, created: str | None,
                    last_per_subject: bool, split: tuple[int | None, int] | None,
-                   index: int) -> tuple[int | None, list[tuple[tuple[str, ...], Ownership | None]]] | None:
+                   index: int) -> tuple[int | None, list[tuple[tuple[str, ...], SubjectKeep | None]]] | None:
     """What a partition settles when it runs, from one ``STREAM.INFO`` (with the subjects listed for a
     split by subject): that the stream is still the one planned, the end of a read without one (the
     stream's last sequence now; a snapshot's consumers decide their own), and the filter subjects of
     each consumer it runs. None when the partition has nothing to read (a recreated stream whose
-    range is skipped, ``failOnDataLoss=false``): each with the ownership that keeps its messages when
-    the server does not filter them by partition (:func:`~.subject_split.consumers_for`)."""
+    range is skipped, ``failOnDataLoss=false``): each with the :class:`~.subject_split.SubjectKeep` that
+    keeps its messages when the server does not filter them exactly (:func:`~.subject_split.consumers_for`)."""
     depth, parts = split if split is not None else (ALL, 1)
     listing = split is not None and depth != ALL
     if not listing and created is None and (last is not None or last_per_subject):
         if split is None:
-            return last, [(opts.filter_subjects, None)]
+            return last, [sequence_consumer(opts.filter_subjects)]
         return last, consumers_for((), depth, parts, index, opts.filter_subjects, by_owner=not last_per_subject)
     nc = await runtime.connection(opts.connection)
     delays = retry_delays()
@@ -672,7 +674,7 @@ async def _resolve(opts: SourceOptions, stream: str, first: int, last: int | Non
             if not is_transient(exc) or time.monotonic() + delay > deadline:
                 raise
             await asyncio.sleep(delay)
-    where = f"sequences {first}..{last}" if last is not None else f"from sequence {first}"
+    where = f"sequences {first}..{last}" if last is not None else f"sequences from {first} on"
     if info is None:
         raise StreamConfigError(f"Stream '{stream}' was deleted after this read was planned ({where} were to be "
                                 "read). Check the option 'stream'.")
@@ -685,7 +687,7 @@ async def _resolve(opts: SourceOptions, stream: str, first: int, last: int | Non
     if last is None and not last_per_subject:
         last = int(info["state"].get("last_seq", 0))
     if split is None:
-        return last, [(opts.filter_subjects, None)]
+        return last, [sequence_consumer(opts.filter_subjects)]
     return last, consumers_for(subjects, depth, parts, index, opts.filter_subjects, by_owner=not last_per_subject)
 
 
@@ -698,10 +700,13 @@ def _literal(filters: tuple[str, ...]) -> tuple[str, ...] | None:
 def read_partition(opts: SourceOptions, stream: str, first: int, last: int | None,
                    created: str | None = None, max_age: float = 0.0, last_per_subject: bool = False,
                    split: tuple[int | None, int] | None = None, index: int = 0,
-                   from_earliest: bool = False) -> Iterator[Any]:
+                   from_earliest: bool = False, count: int = 1) -> Iterator[Any]:
     """Yield the partition's RecordBatches on Spark's thread while the loop thread reads: its
     consumers one after the other (a split by subject with more groups than one consumer's filters
-    reads them in chunks; a subject is in one chunk, so its order holds)."""
+    reads them in chunks; a subject is in one chunk, so its order holds). First, a note for a write
+    in the same task (:mod:`~pyspark_jetstream.task_notes`): how this read was split."""
+    kind = "snapshot" if last_per_subject else "sequence" if split is None else "subject"
+    task_notes.leave(task_notes.ReadNote(stream, kind, count, index))
     resolved = runtime.run(_resolve(opts, stream, first, last, created, last_per_subject, split, index),
                            timeout=opts.max_wait + opts.connection.connect_timeout * 3 + 30)
     if resolved is None:
@@ -709,21 +714,21 @@ def read_partition(opts: SourceOptions, stream: str, first: int, last: int | Non
     last, consumers = resolved
     if last is not None and last < first:
         return
-    for filters, ownership in consumers:
+    for filters, keep in consumers:
         expected = _literal(filters) if last is None and last_per_subject else None
         yield from _read_consumer(opts, stream, first, last, max_age, last_per_subject, filters, from_earliest,
-                                  expected, ownership)
+                                  expected, keep)
 
 
 def _read_consumer(opts: SourceOptions, stream: str, first: int, last: int | None, max_age: float,
                    last_per_subject: bool, filters: tuple[str, ...], from_earliest: bool,
-                   expected: tuple[str, ...] | None = None, ownership: Ownership | None = None) -> Iterator[Any]:
+                   expected: tuple[str, ...] | None = None, keep: SubjectKeep | None = None) -> Iterator[Any]:
     """One consumer's batches. Every wait has a deadline: the reader fails itself after
     ``consume.maxWait`` without progress, and this thread gives up :data:`WAIT_GRACE` seconds later
     should the reader neither deliver nor fail."""
     out: queue.Queue = queue.Queue()
     reader = PartitionReader(opts, stream, first, last, out, max_age, last_per_subject, filters, from_earliest,
-                             expected, ownership)
+                             expected, keep)
     loop = runtime.loop()
     reader.starting = runtime.submit(reader.start())  # kept referenced: the loop holds its tasks weakly
     poll = min(5.0, opts.max_wait)

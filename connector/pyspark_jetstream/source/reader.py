@@ -19,6 +19,7 @@ from ..client import jsapi, runtime
 from ..errors import DataLossError, JetStreamApiError, OptionError, StreamConfigError, StreamRecreatedError
 from ..logs import get_logger
 from ..options import SourceOptions
+from ..protocol.subjects import intersect
 from ..spark_api import (
     AVAILABLE_NOW_BASES,
     ReadAllAvailable,
@@ -42,7 +43,7 @@ from .planning import (
     split_range,
     waits_for_more,
 )
-from .subject_split import ALL, choose_depth, intersect, needs_listing
+from .subject_split import ALL, MAX_GROUPS, choose_depth, needs_listing
 
 log = get_logger("source")
 T = TypeVar("T")
@@ -62,8 +63,9 @@ class JetStreamPartition(InputPartition):
     ``split`` is ``(depth, partitions)`` for a read split by subject (``source/subject_split.py``): the
     task reads the subjects whose group it owns, listed when it runs; ``None`` for a sequence range
     read with the option ``subjects``' filters. ``last=None`` leaves the end to the task: the stream's
-    last sequence when it runs (a batch read without an explicit end reads current data), or, for a
-    snapshot, the last message of each subject when its consumer is created."""
+    last sequence when it runs (the last range of a batch read without an explicit end, so that
+    every run reads current data), or, for a snapshot, the last message of each subject when its
+    consumer is created."""
 
     stream: str
     index: int
@@ -74,6 +76,7 @@ class JetStreamPartition(InputPartition):
     last_per_subject: bool = False  # read the last message of each subject up to ``last`` (a snapshot)
     split: tuple[int | None, int] | None = None
     from_earliest: bool = False  # the start is "whatever the stream holds": nothing below it is lost
+    count: int = 1  # how many partitions the read has (the sink's order check: task_notes)
 
 
 def _ask_server(opts: SourceOptions, call: Callable[[], Coroutine[Any, Any, T]], what: str) -> T:
@@ -184,6 +187,13 @@ def _split_depth(opts: SourceOptions, bounds: StreamBounds, partitions: int) -> 
     """How a read split by subject groups its subjects (``subject_split.choose_depth``); the subjects
     are listed only when there are more than literal filters carry."""
     listed: list[str] = []
+    if bounds.num_subjects > MAX_GROUPS and partitions > 1:
+        # More subjects than one listing page: listing them all would cost the planning (and every
+        # partition) time that grows with the stream's subjects. One partition reads them, in order.
+        log.warning("stream %s: its %d subjects are more than a split by subject lists (%d); one partition reads "
+                    "them all (a copy keeps its order through a shuffle instead: docs/source.md, 'Splits').",
+                    opts.stream, bounds.num_subjects, MAX_GROUPS)
+        return ALL
     if needs_listing(bounds.num_subjects, partitions):
         async def listing() -> list[str]:
             nc = await runtime.connection(opts.connection)
@@ -215,22 +225,31 @@ def _plan_partitions(opts: SourceOptions, start: int, end: int | None, bounds: S
                      snapshot: bool = False, from_earliest: bool = False) -> list[JetStreamPartition]:
     """The partitions of ``(start, end]`` (``end=None``: up to the stream's end when each task runs).
 
-    ``depth=False``: contiguous sequence ranges; otherwise split by subject with that grouping: every
-    partition reads ``(start, end]`` of the subjects it owns. A snapshot reads the last message of
-    each subject (``last_per_subject``). Each partition checks the stream's identity when it runs."""
+    ``depth=False``: contiguous sequence ranges (with ``end=None``, the last one open); otherwise split
+    by subject with that grouping: every partition reads ``(start, end]`` of the subjects it owns. A
+    snapshot reads the last message of each subject (``last_per_subject``). Each partition checks the
+    stream's identity when it runs."""
     parts = num_partitions or opts.num_partitions
-    if not snapshot and end is not None:
-        start = _check_loss(opts, start, end, bounds)
+    if not snapshot:
+        start = _check_loss(opts, start, end if end is not None else max(bounds.last_seq, start), bounds)
     if end is not None and end <= start:
         return []
     if depth is False:
-        assert end is not None
-        return [JetStreamPartition(opts.stream, r.index, r.first, r.last, bounds.created, bounds.max_age)
-                for r in split_range(start, end, parts)]
+        # ``open_end``: the ranges split what the stream holds now, and the last one reads on to the
+        # stream's last sequence when its task runs (every run of a batch read sees current data).
+        ranges = split_range(start, max(end if end is not None else bounds.last_seq, start), parts)
+        if not ranges:  # nothing yet: one open range, for the runs to come
+            return [JetStreamPartition(opts.stream, 0, start + 1, None, bounds.created, bounds.max_age,
+                                       from_earliest=from_earliest)]
+        # Only the first range starts where the stream does ("earliest"); the others start at a planned sequence.
+        return [JetStreamPartition(opts.stream, r.index, r.first, None if end is None and r is ranges[-1] else r.last,
+                                   bounds.created, bounds.max_age, from_earliest=from_earliest and r.index == 0,
+                                   count=len(ranges))
+                for r in ranges]
     if depth == ALL:
         parts = 1  # one group: one partition, whatever the count
     return [JetStreamPartition(opts.stream, i, start + 1, end, bounds.created, bounds.max_age, snapshot,
-                               (depth, parts), from_earliest) for i in range(parts)]
+                               (depth, parts), from_earliest, parts) for i in range(parts)]
 
 
 def _read(opts: SourceOptions, partition: JetStreamPartition) -> Iterator[Any]:
@@ -240,17 +259,18 @@ def _read(opts: SourceOptions, partition: JetStreamPartition) -> Iterator[Any]:
         return  # Spark reads one default partition when a batch plan has none: an empty range
     yield from read_partition(opts, partition.stream, partition.first, partition.last, created=partition.created,
                               max_age=partition.max_age, last_per_subject=partition.last_per_subject,
-                              split=partition.split, index=partition.index, from_earliest=partition.from_earliest)
+                              split=partition.split, index=partition.index, from_earliest=partition.from_earliest,
+                              count=partition.count)
 
 
 class JetStreamBatchReader(DataSourceReader):
     """``spark.read``: from ``startingOffsets`` to ``endingOffsets``.
 
-    An explicit end (``endingOffsets``, ``endingTimestamp``) is fixed here. Without one, a read split
-    by subject leaves the end to its tasks, so that every run of the same DataFrame (or of a view or
-    table over it: Spark plans a Python source's partitions once per DataFrame) reads the data as it
-    is then; with ``split=sequence`` the end is the stream's last sequence when the DataFrame is first
-    run (sequence ranges cannot be cut at read time without gaps or overlaps between tasks)."""
+    An explicit end (``endingOffsets``, ``endingTimestamp``) is fixed here. Without one, the end is
+    left to the tasks, so that every run of the same DataFrame (or of a view or table over it: Spark
+    plans a Python source's partitions once per DataFrame) reads the data as it is then: split by
+    sequence, the ranges share out what the stream holds now and the last one reads on to the
+    stream's end when its task runs; split by subject, each partition reads its subjects to the end."""
 
     def __init__(self, opts: SourceOptions) -> None:
         if opts.starting.kind == "latest":
@@ -273,8 +293,6 @@ class JetStreamBatchReader(DataSourceReader):
                                   f"(sequence {self.start + 1}, from '{_start_option(opts)}'): the end must be "
                                   "at or after the start.")
             end = max(end, self.start)
-        elif not by_subject:
-            end = max(bounds.last_seq, self.start)
         depth = _split_depth(opts, bounds, opts.num_partitions) if by_subject else False
         self.end = end
         self._partitions = _plan_partitions(opts, self.start, end, bounds, depth=depth, snapshot=snapshot,

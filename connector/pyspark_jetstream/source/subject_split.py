@@ -24,7 +24,7 @@ and the count are recorded with the offset (streaming) or carried by the partiti
 
 **Who filters.** A partition with at most :data:`SERVER_FILTERS` groups lets the server
 filter (its consumer's filter subjects are the groups). One with more reads the whole range
-(the user's filters only) and keeps the messages whose group it owns (:class:`Ownership`):
+(the user's filters only) and keeps the messages whose group it owns (:class:`SubjectKeep`):
 the owner is the same function of the subject either way, so the partitions still share
 every subject out exactly once, and a subject's messages still come from one consumer in
 order. Why: nats-server delivers to a filtered consumer at a rate that falls with the
@@ -43,6 +43,8 @@ from __future__ import annotations
 
 import zlib
 from collections.abc import Iterable, Sequence
+
+from ..protocol.subjects import consumer_filters, intersect, subject_matches
 
 MAX_FILTERS = 100
 """Filter subjects per consumer (nats-server #6046); a snapshot with more groups reads them in chunks."""
@@ -107,31 +109,6 @@ def choose_depth(num_subjects: int, partitions: int, subjects: Sequence[str] = (
     return ALL
 
 
-def intersect(a: str, b: str) -> str | None:
-    """The subject pattern matching exactly what both NATS patterns ``a`` and ``b`` match, or None
-    when they share no subject (``*`` matches one token, a final ``>`` one or more)."""
-    ta, tb = a.split("."), b.split(".")
-    out: list[str] = []
-    i = 0
-    while True:
-        if i == len(ta) and i == len(tb):
-            return ".".join(out)
-        if i == len(ta) or i == len(tb):
-            return None  # one ran out; a '>' would have ended the walk before
-        x, y = ta[i], tb[i]
-        if x == ">":
-            return ".".join(out + tb[i:])
-        if y == ">":
-            return ".".join(out + ta[i:])
-        if x == "*":
-            out.append(y)
-        elif y == "*" or x == y:
-            out.append(x)
-        else:
-            return None
-        i += 1
-
-
 def filters_for(subjects: Iterable[str], depth: int | None, partitions: int, index: int,
                 user_filters: Sequence[str]) -> list[str]:
     """The filter subjects of partition ``index``: the groups it owns among ``subjects``, each narrowed
@@ -169,62 +146,66 @@ def _readable_depth(subjects: Sequence[str], depth: int | None) -> int | None:
 
 
 MAX_KNOWN = 65_536
-"""Subjects an :class:`Ownership` remembers before it starts again: memory stays bounded by options,
+"""Subjects a :class:`SubjectKeep` remembers before it starts again: memory stays bounded by options,
 never by how many subjects a range holds."""
 
 
-class Ownership:
-    """Whether partition ``index`` of ``partitions`` owns a subject, told from the subject as it arrives
-    (bytes off the wire): the same owner :func:`filters_for` gives the subject's group. Remembered per
+class SubjectKeep:
+    """Whether a message a consumer delivered is kept, told from its subject as it arrives (bytes off the
+    wire): it must match one of ``patterns`` (the user's filters, when the consumer's own are wider:
+    :func:`~pyspark_jetstream.protocol.subjects.consumer_filters`) and, with ``partitions``, its group
+    must be owned by partition ``index`` (the same owner :func:`filters_for` gives). Remembered per
     subject (up to :data:`MAX_KNOWN`), so the hot path costs one dict lookup a message."""
 
-    __slots__ = ("depth", "partitions", "index", "known")
+    __slots__ = ("patterns", "depth", "partitions", "index", "known")
 
-    def __init__(self, depth: int | None, partitions: int, index: int) -> None:
+    def __init__(self, patterns: Sequence[str] | None = None, depth: int | None = None, partitions: int = 1,
+                 index: int = 0) -> None:
+        self.patterns = tuple(patterns) if patterns else None
         self.depth, self.partitions, self.index = depth, partitions, index
         self.known: dict[bytes, bool] = {}
 
-    def owns(self, subject: bytes) -> bool:
+    def keeps(self, subject: bytes) -> bool:
         mine = self.known.get(subject)
         if mine is None:
             if len(self.known) >= MAX_KNOWN:
                 self.known.clear()
-            group = group_of(subject.decode("utf-8", "replace"), self.depth)
-            mine = self.known[subject] = owner(group, self.partitions) == self.index
+            text = subject.decode("utf-8", "replace")
+            mine = (self.patterns is None or any(subject_matches(p, text) for p in self.patterns)) and (
+                self.partitions <= 1 or owner(group_of(text, self.depth), self.partitions) == self.index)
+            self.known[subject] = mine
         return mine
 
 
-def _disjoint(filters: Sequence[str]) -> list[str] | None:
-    """``filters`` sorted, without repeats and without those another one contains (a consumer refuses
-    overlapping filter subjects); None when two overlap only in part, or when they are too many to
-    compare (a consumer's worth): only the server's narrowed filters then read them once each."""
-    if len(filters) > MAX_FILTERS:
-        return None
-    unique = sorted(set(filters))
-    kept = [f for f in unique if not any(g != f and intersect(g, f) == f for g in unique)]
-    if any(intersect(x, y) is not None for i, x in enumerate(kept) for y in kept[i + 1:]):
-        return None
-    return kept
+def sequence_consumer(user_filters: Sequence[str]) -> tuple[tuple[str, ...], SubjectKeep | None]:
+    """The one consumer of a partition read by sequence range: its filter subjects, and the
+    :class:`SubjectKeep` that drops what they match beyond the user's filters (when these overlap in part)."""
+    server, exact = consumer_filters(list(user_filters))
+    return server, None if exact else SubjectKeep(user_filters)
 
 
 def consumers_for(subjects: Iterable[str], depth: int | None, partitions: int, index: int,
                   user_filters: Sequence[str], *,
-                  by_owner: bool = True) -> list[tuple[tuple[str, ...], Ownership | None]]:
+                  by_owner: bool = True) -> list[tuple[tuple[str, ...], SubjectKeep | None]]:
     """The consumers partition ``index`` runs, one after the other: each one's filter subjects, and the
-    :class:`Ownership` that keeps its messages when the server does not filter them by owner.
+    :class:`SubjectKeep` that keeps its messages when the server does not filter them exactly.
 
     The groups it owns (:func:`filters_for`) when they are at most :data:`SERVER_FILTERS`; otherwise the
-    user's filters (repeats and contained ones dropped), every message read and kept by owner.
-    ``by_owner=False`` (a snapshot: one delivery per subject, each listed subject awaited), one group
-    for everything, or user filters that overlap in part keep the server's filters, in chunks."""
+    user's filters (:func:`~pyspark_jetstream.protocol.subjects.consumer_filters`), every message read and
+    kept by owner. ``by_owner=False`` (a snapshot: one delivery per subject, each listed subject
+    awaited) and one group for everything keep the server's filters, in chunks; a chunk whose narrowed
+    filters overlap (the user's did) is read through a covering filter and kept by pattern."""
     subjects = list(subjects)
     filters = filters_for(subjects, depth, partitions, index, user_filters)
     depth = _readable_depth(subjects, depth)
     if len(filters) > SERVER_FILTERS and by_owner and depth != ALL and partitions > 1:
-        own_filters = _disjoint(user_filters)
-        if own_filters is not None:
-            return [(tuple(own_filters), Ownership(depth, partitions, index))]
-    return [(chunk, None) for chunk in chunks(filters)]
+        server, exact = consumer_filters(list(user_filters))
+        return [(server, SubjectKeep(None if exact else user_filters, depth, partitions, index))]
+    consumers: list[tuple[tuple[str, ...], SubjectKeep | None]] = []
+    for chunk in chunks(filters):
+        server, exact = consumer_filters(list(chunk))
+        consumers.append((server, None if exact else SubjectKeep(chunk)))
+    return consumers
 
 
 def chunks(filters: Sequence[str], size: int = MAX_FILTERS) -> list[tuple[str, ...]]:

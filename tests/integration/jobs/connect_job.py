@@ -33,7 +33,8 @@ def main(servers: str, stream: str) -> None:
     target = f"{stream}_OUT"
     copy = (spark.readStream.format("jetstream").option("servers", servers).option("stream", stream)
             .option("startingOffsets", "earliest").option("maxMessagesPerTrigger", 2).load()
-            .select(F.concat(F.lit("out."), "subject").alias("subject"), "data", "stream", "seq"))
+            .select(F.concat(F.lit("out."), "subject").alias("subject"), "data", "stream", "seq")
+            .repartition(2, "subject"))
     query = (copy.writeStream.format("jetstream").option("servers", servers).option("stream", target)
              .option("ensureStream", "create").option("stream.subjects", "out.>")
              .option("checkpointLocation", tempfile.mkdtemp()).trigger(availableNow=True).start())

@@ -62,7 +62,7 @@ def one_run(spark, servers: str, auth: dict, source: str, target: str, checkpoin
     stream_in = (spark.readStream.format("jetstream").options(**auth).option("stream", source)
                  .option("startingOffsets", "earliest").load())
     query = (stream_in.select(F.lit(f"{target.lower()}.copy").alias("subject"), "data")
-             .writeStream.format("jetstream").options(**auth).option("stream", target)
+             .writeStream.format("jetstream").options(**auth).option("stream", target).option("order", "none")
              .option("checkpointLocation", checkpoint).trigger(availableNow=True).start())
     assert query.awaitTermination(600), "the streaming copy did not finish within 600s"
     assert query.exception() is None, query.exception()
@@ -73,7 +73,7 @@ def one_run(spark, servers: str, auth: dict, source: str, target: str, checkpoin
     explains.append(batch_in._jdf.queryExecution().toString())
     print("batch rows:", batch_in.count(), flush=True)
     out = batch_in.select(F.lit(f"{target.lower()}.batch").alias("subject"), "data")
-    out.write.format("jetstream").options(**auth).option("stream", target).mode("append").save()
+    out.write.format("jetstream").options(**auth).option("stream", target).option("order", "none").mode("append").save()
 
     os.makedirs(out_dir, exist_ok=True)
     with open(os.path.join(out_dir, "explain.txt"), "w") as f:

@@ -65,7 +65,8 @@ def main(mode: str, servers: str, source: str, target: str, gate_dir: str) -> No
         gate = gate_first_attempt(os.path.join(gate_dir, "reached"), os.path.join(gate_dir, "release"))
         rows = df.mapInArrow(gate, df.schema).select(F.col("seq").alias("id"))
     (rows.select(F.lit(f"{target.lower()}.x").alias("subject"), F.col("id").cast("string").alias("data"))
-     .write.format("jetstream").option("servers", servers).option("stream", target).mode("append").save())
+     .write.format("jetstream").option("servers", servers).option("stream", target).option("order", "none")
+     .mode("append").save())
     spark.stop()
 
 
