@@ -156,9 +156,11 @@ async def by_subject(url: str, stream: str, *, last_per_subject: bool = False) -
     info = await api(nc, f"STREAM.INFO.{stream}", {})
     total = info["state"]["num_subjects"] if last_per_subject else info["state"]["messages"]
     name = f"chk{uuid.uuid4().hex[:8]}"
-    await api(nc, f"CONSUMER.CREATE.{stream}.{name}", {"stream_name": stream, "config": {
-        "name": name, "ack_policy": "none", "mem_storage": True, "num_replicas": 1,
-        "deliver_policy": "last_per_subject" if last_per_subject else "all"}})
+    config = {"name": name, "ack_policy": "none", "mem_storage": True, "num_replicas": 1,
+              "deliver_policy": "last_per_subject" if last_per_subject else "all"}
+    if last_per_subject:
+        config["filter_subject"] = ">"
+    await api(nc, f"CONSUMER.CREATE.{stream}.{name}", {"stream_name": stream, "config": config})
     out: dict[str, list[bytes]] = {}
     got = 0
     sub = await nc.subscribe(nc.new_inbox())
@@ -364,7 +366,7 @@ def bucket_copy(spark, url: str, quick: bool, results: list, notes: list) -> Non
     _new_bucket(url, "BIGNATS")
     collect_garbage(spark)
     theirs = asyncio.run(nats_py_copy(url, "KV_BIG", lambda s: "$KV.BIGNATS." + s.split(".", 2)[2], keys,
-                                      last_per_subject=True))
+                                      last_per_subject=True, filter_subject="$KV.BIG.>"))
     _new_bucket(url, "BIGCOPY")
     collect_garbage(spark)
     ours = ordered_copy(spark, url, "BIG", "BIGCOPY", 4, bucket=True)

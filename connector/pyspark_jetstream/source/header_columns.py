@@ -31,6 +31,8 @@ from ..protocol.headers import parse_headers
 
 _PY_ASCII_WHITESPACE = " \t\n\x0b\x0c\r\x1c\x1d\x1e\x1f"
 """What ``str.strip()`` removes from ASCII text (``str.isspace``), so that both paths trim alike."""
+_NO_END = 1 << 30
+"""``binary_slice``'s stop for "to the end" (it takes no open stop)."""
 
 
 @dataclass
@@ -89,7 +91,9 @@ def _uniform(text: Any, map_type: Any, names: tuple[str, ...]) -> HeaderColumns 
         prefix = raw + ":"  # its only ':' is the last: every line that starts so splits there too
         if not pc.all(pc.starts_with(column, prefix)).as_py():
             return None
-        values = pc.ascii_trim(pc.utf8_slice_codeunits(column, len(prefix)), _PY_ASCII_WHITESPACE)
+        # The text is ASCII: a byte slice is a code-unit slice, at a tenth of utf8_slice_codeunits' cost.
+        after = pc.binary_slice(column.cast(pa.binary()), len(prefix), _NO_END).cast(pa.string())
+        values = pc.ascii_trim(after, _PY_ASCII_WHITESPACE)
         columns.setdefault(raw.strip(_PY_ASCII_WHITESPACE), []).append(values)
     if not columns:  # no header line in any block
         return HeaderColumns(pa.nulls(n, map_type), {name: pa.nulls(n, pa.string()) for name in names})
