@@ -189,8 +189,8 @@ def _read(spark, url: str, stream: str, partitions: int, **options):
     return r.load()
 
 
-def plain_read(spark, url: str, stream: str, partitions: int) -> float:
-    df = _read(spark, url, stream, partitions)
+def plain_read(spark, url: str, stream: str, partitions: int, **options) -> float:
+    df = _read(spark, url, stream, partitions, **options)
     start = time.perf_counter()
     df.write.format("noop").mode("overwrite").save()
     return time.perf_counter() - start
@@ -244,6 +244,10 @@ def deliveries(spark, url: str, http: int, rows: int, partition_counts, subject_
             asyncio.run(delete_streams(url, target))
             cells.append({"subjects": subjects, "partitions": parts, "read": read, "read_s": seconds,
                           "copy": copied, "copy_s": copy_seconds})
+            if subjects == 1000 and parts <= 16:  # what split=subject (the default before #32) costs the server
+                before = out_msgs(http)
+                seconds = plain_read(spark, url, source, parts, split="subject")
+                cells[-1]["old"] = ((out_msgs(http) - before) / rows, seconds)
             print(cells[-1], flush=True)
         asyncio.run(delete_streams(url, source))
     return cells
@@ -283,6 +287,9 @@ def run(spark, url: str, http: int, quick: bool, repeat: int, results: list, not
               f"{c['copy_s']:.1f} s |" for c in cells]
     tables.append((f"Messages the server delivered per message read ({grid_rows:,} x 100 B, /varz out_msgs)",
                    "\n".join(lines)))
+    notes.append("For comparison, split=subject (the default before issue #32) over 1,000 subjects: " + "; ".join(
+        f"{c['partitions']} partitions {c['old'][0]:.2f} delivered per message read ({c['old'][1]:.1f} s)"
+        for c in cells if "old" in c) + ".")
     notes.append(f"Deliveries per message read, worst cell: plain read {max(c['read'] for c in cells):.3f}, "
                  f"ordered copy {max(c['copy'] for c in cells):.3f}.")
 

@@ -135,7 +135,7 @@ def test_architecture_draws_the_layers_and_the_micro_batch():
     assert len(blocks) >= 2
     layers = next(b for b in blocks if b.lstrip().startswith("flowchart"))
     for room in ("protocol/", "options/", "client/", "spark_api", "source/", "sink/", "datasource", "progress",
-                 "tools/", "errors", "logs", "threads"):
+                 "tools/", "errors", "logs", "threads", "task_notes"):
         assert room in layers, room
     micro_batch = next(b for b in blocks if b.lstrip().startswith("sequenceDiagram"))
     for step in ("latestOffset", "partitions", "pull", "Arrow", "publish", "PubAck", "commit"):
