@@ -5,13 +5,17 @@ that window has passed for every message the first attempt stored."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import datetime as dt
+import re
+import time
 
+import pytest
 from pyspark.errors import StreamingQueryException
 from pyspark.sql import functions as F
 
-from ..helpers import forget_last_commit, publish, read_limit, server_time, wait_until
+from ..helpers import fill_stream, forget_last_commit, publish, read_limit, server_time, wait_until, worker_log
 
 WINDOW_NS = 2 * 10**9
 
@@ -102,3 +106,68 @@ def test_a_batch_write_retried_with_its_write_id_stores_nothing_twice(spark, nat
     assert nats_client.stored_count(stream_name) == 100
     save("nightly-2026-11-26")  # another run: other ids
     assert nats_client.stored_count(stream_name) == 200
+
+
+def _late_retry(spark, nats_server, nats_client, stream_name: str, traffic: int) -> tuple[int, list[int], float]:
+    """2,000 rows saved with a writeId, ``traffic`` messages of another writer to the same stream, then the
+    retry past the window: (messages stored, messages each replaying task read, the retry's seconds)."""
+    nats_client.add_stream(stream_name, [f"{stream_name}.>"], duplicate_window=WINDOW_NS)
+    df = spark.range(2000, numPartitions=2).select(
+        F.concat(F.lit(f"{stream_name}.r"), (F.col("id") % 7).cast("string")).alias("subject"),
+        F.col("id").cast("string").alias("data"))
+
+    def save() -> float:
+        started = time.monotonic()
+        (df.write.format("jetstream").mode("append").option("servers", nats_server.url)
+         .option("stream", stream_name).option("writeId", f"late-{stream_name}").save())
+        return time.monotonic() - started
+
+    save()
+    asyncio.run(fill_stream(nats_server.url, f"{stream_name}.other", traffic))
+    _past_the_window(nats_client, stream_name)
+    seconds = save()  # the scheduler's retry, after the window and after the other writer's traffic
+    lines = [m for m in worker_log(spark, "pyspark_jetstream.sink") if f"late-{stream_name}" in m and "replays" in m]
+    read = [int(n) for m in lines for n in re.findall(r"read (\d+) messages", m)]
+    return nats_client.stored_count(stream_name), read, seconds
+
+
+def test_a_late_retry_reads_what_its_run_wrote_not_the_traffic_since(spark, nats_server, nats_client, stream_name,
+                                                                     worker_logging):
+    """Issue #33, item 2: the retry's tasks read the window their run wrote in (each record says where its
+    attempt ended), not the 30,000 messages another writer stored since; every row once."""
+    stored, read, _ = _late_retry(spark, nats_server, nats_client, stream_name, 30_000)
+    assert stored == 2000 + 30_000
+    assert len(read) == 2 and all(n <= 2000 for n in read), read
+
+
+@pytest.mark.slow
+def test_a_late_retry_after_five_million_messages_of_other_writers(spark, nats_server, nats_client, stream_name,
+                                                                    worker_logging):
+    """The issue's proof, on request (-m slow): 5,000,000 messages of another writer between the write and its
+    retry past the window; the retry's time is printed for the closing note."""
+    stored, read, seconds = _late_retry(spark, nats_server, nats_client, stream_name, 5_000_000)
+    print(f"late retry after 5,000,000 messages: {seconds:.2f} s, each task read {read} messages")
+    assert stored == 2000 + 5_000_000
+    assert len(read) == 2 and all(n <= 2000 for n in read), read
+
+
+def test_a_retry_that_splits_its_rows_otherwise_stores_nothing_twice(spark, nats_server, nats_client, stream_name):
+    """Issue #33, item 2: a retried save() whose rows land in other tasks than the first time (here 3 write
+    tasks instead of 2; adaptive execution can do the same) finds each row's id wherever the run stored
+    it: a task of a new partition knows the run started before, and every task reads the run's window."""
+    source, target = f"{stream_name}S", f"{stream_name}T"
+    nats_client.add_stream(source, [f"{source}.>"])
+    nats_client.add_stream(target, [f"{target}.>"], duplicate_window=WINDOW_NS)
+    publish(nats_client, f"{source}.s{{i}}", 300)  # 300 subjects, one message each
+    read = (spark.read.format("jetstream").option("servers", nats_server.url).option("stream", source).load()
+            .select(F.concat(F.lit(f"{target}."), F.col("subject")).alias("subject"), "data", "stream", "seq"))
+
+    def save(tasks: int) -> None:
+        (read.repartition(tasks, "subject").write.format("jetstream").mode("append")
+         .option("servers", nats_server.url).option("stream", target).option("writeId", f"moved-{stream_name}")
+         .save())
+
+    save(2)
+    _past_the_window(nats_client, target)
+    save(3)
+    assert nats_client.stored_count(target) == 300

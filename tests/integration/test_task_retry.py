@@ -42,6 +42,40 @@ def test_task_failing_after_partial_publish_is_retried_exactly_once(nats_server,
     assert datas == list(range(4000))
 
 
+STAGE_JOB = Path(__file__).parent / "jobs" / "stage_retry_job.py"
+PAD = b"x" * 4000
+
+
+def test_a_write_stage_spark_resubmits_past_the_window_stores_nothing_twice(nats_server, nats_client, stream_name,
+                                                                           tmp_path):
+    """Issue #33, item 1: a lost shuffle output (FetchFailed) makes Spark resubmit the write stage, whose
+    task runs again with attemptNumber 0, after the first attempt published part of its rows; the
+    resubmitted task runs past the target's duplicate window. The replay records tell it from its first
+    attempt by the task attempt: every source message is in the target once."""
+    source, target = f"{stream_name}S", f"{stream_name}T"
+    nats_client.add_stream(source, [f"{source.lower()}.>"])
+    nats_client.add_stream(target, [f"{target.lower()}.>"], duplicate_window=1_000_000_000)
+
+    async def fill():  # 64 MB: more than the shuffle reader can have read ahead when the files go
+        for i in range(0, 16000, 100):
+            await asyncio.gather(*(nats_client.js.publish(f"{source.lower()}.k{k % 40}", f"{k}:".encode() + PAD)
+                                   for k in range(i, i + 100)))
+
+    nats_client.run(fill(), timeout=300)
+    local_dir, gate_dir = tmp_path / "local", tmp_path / "gate"
+    local_dir.mkdir()
+    gate_dir.mkdir()
+    done = subprocess.run([sys.executable, str(STAGE_JOB), nats_server.url, source, target, str(local_dir),
+                           str(gate_dir), "1"], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert (gate_dir / "deleted").exists() and (gate_dir / "resubmitted").exists()  # the stage did run again
+    assert "FetchFailedException" in done.stderr, done.stderr[-3000:]
+    stored = sorted(int(m.data.split(b":", 1)[0]) for m in nats_client.messages(target))
+    assert len(stored) == 16000 and stored == list(range(16000)), f"{len(stored) - len(set(stored))} duplicates"
+    found = [int(n) for n in re.findall(r"replays; (\d+) of its ids are in stream", done.stderr)]
+    assert found and max(found) > 0, done.stderr[-3000:]  # a first attempt had stored rows before it failed
+
+
 # ~95 s with its own JVM: run on request (-m slow) with the chaos soak, which kills Python workers too;
 # CI keeps test_task_failing_after_partial_publish_is_retried_exactly_once below.
 @pytest.mark.slow

@@ -5,16 +5,27 @@ from the id's first publish (2 minutes by default; nats-server #7302). A micro-b
 after a night's outage, or a batch job a scheduler retries, comes later than that. So before a
 task publishes, it records in a small KV bucket the sink owns (option ``sinkState``) where the
 target stood: its last sequence, under the key ``<run>.<partition>`` (``run``: the query id and
-batch id, or ``w_<writeId>``). The record also names the attempt that made it (a token drawn
-when the query or ``save()`` started, and the Spark stage), so a task tells a replay or a retry
-(a record of another attempt, or a retried task) from its own first run (no record yet, or one
-its sibling tasks just made):
+batch id, or ``w_<writeId>``). The record names the attempt that made it: a token drawn when the
+query or ``save()`` started, and the Spark task attempt (``taskAttemptId``, unique in the
+application: a stage Spark resubmits after a lost shuffle output runs its tasks again with
+``attemptNumber`` 0, and only the task attempt tells them apart). While the task publishes, it
+puts the record again every :data:`HEARTBEAT` seconds (the record's server time says it was
+alive then), and when it has every PubAck, once more with ``done`` and the target's last
+sequence (``upto``).
 
-* first run: one ``STREAM.INFO`` and one create (or read) of the record, nothing else (measured
-  in the bench);
-* a replay or a retry: it reads the target's messages stored after the recorded sequence,
-  headers only, and keeps the ids of this run (``<run>:`` prefixed); rows whose id is among them
-  are not published again (counted as ``already stored``).
+* first run: one ``STREAM.INFO`` and one create of the record at the start, the heartbeats, one
+  ``STREAM.INFO`` and one put at the end (measured in the bench);
+* a replay or a retry (a record of another attempt, or a retried task): it reads the target's
+  messages, headers only, in the window where an earlier attempt of the run can have stored
+  anything, and keeps the ids of this run (``<run>:`` prefixed); rows whose id is among them are
+  not published again (counted as ``already stored``). The window starts at the earliest
+  recorded position of the run's earlier attempts (all partitions: a retried ``save()`` may
+  split its rows otherwise) and ends at what their records say: ``upto`` for an attempt that
+  finished, else the first message stored after its last heartbeat plus :data:`HEARTBEAT` and
+  ``ackTimeout`` (frames it had in flight when it died land before that). So a late replay reads
+  what the earlier attempts wrote and what other writers stored meanwhile, never the traffic
+  since (issue #33: 1,000,000 messages of another writer after a write used to cost its retry
+  56 s).
 
 What it cannot see: rows stored and then removed from the target (limits, a purge) before the
 replay are published again; the record itself expires after ``sinkState.ttl``. The driver
@@ -43,6 +54,8 @@ log = get_logger("sink")
 
 ERR_WRONG_LAST_SEQUENCE = 10071
 SCAN_BATCH = 2000
+HEARTBEAT = 5.0
+"""Seconds between the puts of a publishing task's record (its last one dates the attempt's end)."""
 
 
 @dataclass(frozen=True)
@@ -53,6 +66,7 @@ class GuardPlan:
     target_stream: str
     token: str  # drawn once per query start or save(): tells this attempt's tasks from a replay's
     api_prefix: str = jsapi.API_PREFIX
+    ack_timeout: float = 30.0  # the write's ackTimeout: how long after its last heartbeat a dead attempt's frames land
 
 
 def new_token() -> str:
@@ -63,6 +77,11 @@ def record_key(run: str, partition: int) -> str:
     """``<run>.<partition>``, as a KV key (a query id's dashes and a batch id are valid key characters)."""
     safe = run.replace(":", "_")
     return f"{safe}.{partition}"
+
+
+def run_key(run: str) -> str:
+    """``<run>.run``: the record of the attempt that started the run (its first task makes it)."""
+    return f"{run.replace(':', '_')}.run"
 
 
 def batch_filter(bucket: str, run: str) -> str:
@@ -86,52 +105,240 @@ async def ensure_bucket(nc: Any, bucket: str, ttl: float, prefix: str) -> None:
             raise
 
 
+@dataclass(frozen=True)
+class Record:
+    """A record as stored: where the target stood when the run's first attempt of this partition
+    started (``after``), which attempt wrote it last, and what bounds the earlier attempts' messages."""
+
+    after: int
+    attempt: str  # "<token>/<task attempt id>" (records of earlier releases: "<token>/<stage>")
+    done: bool = False  # the attempt had every PubAck: its messages are all at or before ``upto``
+    upto: int | None = None
+    prior_end: int | None = None  # a replay's bound on what the attempts before it stored
+    time: Any = None  # when the server stored it (a datetime), from a read; None when written here
+
+    @property
+    def token(self) -> str:
+        return self.attempt.split("/", 1)[0]
+
+    def to_json(self) -> bytes:
+        body: dict[str, Any] = {"after": self.after, "attempt": self.attempt}
+        if self.done:
+            body.update(done=True, upto=self.upto)
+        if self.prior_end is not None:
+            body["prior_end"] = self.prior_end
+        return json.dumps(body).encode()
+
+    @classmethod
+    def from_json(cls, data: bytes, time: Any = None) -> Record:
+        body = json.loads(data or b"{}")
+        return cls(int(body.get("after", 0)), str(body.get("attempt", "")), bool(body.get("done", False)),
+                   body.get("upto"), body.get("prior_end"), time)
+
+
 @dataclass
 class Attempt:
-    """What a task learnt at its start: whether it replays, and then the ids already stored."""
+    """What a task learnt at its start: whether it replays, the ids already stored, and its record."""
 
     replay: bool
     after: int
     stored: frozenset[str] = frozenset()
+    record: Record | None = None  # what this task puts while it publishes (heartbeats, then done)
+    scanned: int = 0  # the target's messages read to find ``stored``
+    window: tuple[int, int] | None = None  # the sequences read: (after, end]
 
 
-async def begin(nc: Any, plan: GuardPlan, run: str, partition: int, stage: str, retried: bool,
+def _subject(plan: GuardPlan, run: str, partition: int) -> str:
+    return f"{kv.subject_prefix(plan.bucket)}{record_key(run, partition)}"
+
+
+async def begin(nc: Any, plan: GuardPlan, run: str, partition: int, attempt_id: str, retried: bool,
                 deadline: float = 60.0) -> Attempt:
-    """Record where the target stands (first run) or find what an earlier attempt stored (replay)."""
-    info = await jsapi.stream_info(nc, plan.target_stream, plan.api_prefix)
-    last = int(info["state"].get("last_seq", 0)) if info else 0
-    key = record_key(run, partition)
-    subject = f"{kv.subject_prefix(plan.bucket)}{key}"
-    attempt_id = f"{plan.token}/{stage}"
-    mine = json.dumps({"after": last, "attempt": attempt_id}).encode()
-    reply = await nc.request(subject, mine, timeout=10,
+    """Record where the target stands (first run) or find what an earlier attempt stored (replay).
+    ``attempt_id``: ``<token>/<task attempt id>``; ``retried``: Spark says this task ran before."""
+    last = await _target_last(nc, plan)
+    # The run's own record names the attempt that started it: a task of a later attempt replays even
+    # when its partition is new (a retried save() whose rows are split otherwise).
+    started_by = await _create_or_read(nc, plan, f"{kv.subject_prefix(plan.bucket)}{run_key(run)}",
+                                       Record(last, attempt_id))
+    later_attempt = started_by is not None and started_by.token != plan.token
+    subject = _subject(plan, run, partition)
+    mine = Record(last, attempt_id)
+    earlier = await _create_or_read(nc, plan, subject, mine)
+    if earlier is None:
+        if not retried and not later_attempt:
+            return Attempt(replay=False, after=last, record=mine)
+        return await _replay(nc, plan, run, subject, mine, mine, deadline)
+    if earlier.attempt == attempt_id:
+        return Attempt(replay=False, after=earlier.after, record=earlier)  # this very task wrote it
+    return await _replay(nc, plan, run, subject, earlier, Record(earlier.after, attempt_id), deadline)
+
+
+async def _create_or_read(nc: Any, plan: GuardPlan, subject: str, record: Record) -> Record | None:
+    """Create ``record`` at ``subject`` (None: done), or read the one already there."""
+    reply = await nc.request(subject, record.to_json(), timeout=10,
                              headers={"Nats-Expected-Last-Subject-Sequence": "0"})
-    ack = json.loads(reply.data or b"{}")
-    error = ack.get("error")
+    error = json.loads(reply.data or b"{}").get("error")
     if not error:
-        return Attempt(replay=retried, after=last,
-                       stored=await stored_ids(nc, plan, run, last, deadline) if retried else frozenset())
+        return None
     if int(error.get("err_code", 0)) != ERR_WRONG_LAST_SEQUENCE:
         raise JetStreamApiError(f"PUB {subject}", int(error.get("code", 0)), int(error.get("err_code", 0)),
                                 error.get("description", ""))
     found = await jsapi.request(nc, f"STREAM.MSG.GET.{kv.stream_name(plan.bucket)}", {"last_by_subj": subject},
                                 prefix=plan.api_prefix)
-    record = json.loads(base64.b64decode(found["message"].get("data") or b"") or b"{}")
-    after = int(record.get("after", 0))
-    if record.get("attempt") == attempt_id and not retried:
-        return Attempt(replay=False, after=after)  # a sibling task of this very attempt made it
-    return Attempt(replay=True, after=after, stored=await stored_ids(nc, plan, run, after, deadline))
+    message = found["message"]
+    return Record.from_json(base64.b64decode(message.get("data") or b""), _server_time(message.get("time")))
 
 
-async def stored_ids(nc: Any, plan: GuardPlan, run: str, after: int, deadline: float) -> frozenset[str]:
-    """The ``Nats-Msg-Id``s starting with ``<run>:`` among the target's messages after ``after``: an
-    ephemeral headers-only consumer read up to the last sequence the stream had when asked."""
+async def _replay(nc: Any, plan: GuardPlan, run: str, subject: str, earlier: Record, mine: Record,
+                  deadline: float) -> Attempt:
+    """Read the window where the run's earlier attempts can have stored rows (module docstring), then
+    make this task's record carry that bound for the attempts after it."""
+    records = [earlier] if earlier is not mine else []
+    for r in await run_records(nc, plan, run):
+        if r.token != plan.token:
+            records.append(r)
+        elif r.prior_end is not None:  # a task of this replay that already read its window: that window
+            records.append(Record(r.after, r.attempt, True, r.prior_end))
+    first, end = await window(nc, plan, records) if records else (mine.after, mine.after)
+    stored, scanned = await stored_ids(nc, plan, run, first, end, deadline)
+    record = Record(earlier.after, mine.attempt, prior_end=end)
+    await put_record(nc, plan, subject, record)
+    return Attempt(replay=True, after=first, stored=stored, record=record, scanned=scanned, window=(first, end))
+
+
+async def _target_last(nc: Any, plan: GuardPlan) -> int:
     info = await jsapi.stream_info(nc, plan.target_stream, plan.api_prefix)
-    if info is None:
-        return frozenset()
-    end = int(info["state"].get("last_seq", 0))
+    return int(info["state"].get("last_seq", 0)) if info else 0
+
+
+async def window(nc: Any, plan: GuardPlan, records: list[Record]) -> tuple[int, int]:
+    """``(after, end]``: where the attempts that wrote ``records`` can have stored messages. ``after``
+    is the earliest recorded position; each record bounds its attempts by ``upto`` (it finished), or
+    by ``prior_end`` and the time of its last put (it did not: frames in flight when it died land
+    within ``HEARTBEAT`` and ``ackTimeout`` of that). A task of this very replay that already read its
+    window is given here as done, up to that window's end (its own puts date this attempt, not the
+    earlier ones). Never past the target's last sequence now."""
+    import datetime as dt
+
+    last = await _target_last(nc, plan)
+    first = min(r.after for r in records)
+    end = first
+    alive_until = None
+    for r in records:
+        if r.done and r.upto is not None:
+            end = max(end, int(r.upto))
+            continue
+        end = max(end, int(r.prior_end or 0))
+        if r.time is not None and (alive_until is None or r.time > alive_until):
+            alive_until = r.time
+    if alive_until is not None:
+        until = alive_until + dt.timedelta(seconds=HEARTBEAT + plan.ack_timeout)
+        after_it = await jsapi.first_seq_at_or_after(nc, plan.target_stream, until, plan.api_prefix)
+        end = max(end, last if after_it is None else after_it - 1)
+    return first, min(end, last)
+
+
+def _server_time(text: str | None) -> Any:
+    """A STREAM.MSG.GET ``time`` (RFC 3339, nanoseconds) as an aware datetime (microseconds)."""
+    import datetime as dt
+    import re
+
+    if not text:
+        return None
+    match = re.match(r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.(\d+))?(Z|[+-]\d\d:\d\d)$", text)
+    if match is None:
+        return None
+    whole, fraction, zone = match.groups()
+    value = dt.datetime.fromisoformat(whole + ("+00:00" if zone == "Z" else zone))
+    return value + dt.timedelta(microseconds=int((fraction or "0")[:6].ljust(6, "0")))
+
+
+async def run_records(nc: Any, plan: GuardPlan, run: str) -> list[Record]:
+    """Every record of ``run`` (one per partition), with the server time of its last put: one
+    ephemeral last-per-subject consumer over the run's keys."""
+    stream = kv.stream_name(plan.bucket)
+    name = f"sparkjs_runs_{uuid.uuid4().hex[:16]}"
+    config = {"name": name, "deliver_policy": "last_per_subject", "ack_policy": "none",
+              "filter_subject": batch_filter(plan.bucket, run), "mem_storage": True, "num_replicas": 1,
+              "inactive_threshold": 30 * 10**9}
+    created = await jsapi.request(nc, f"CONSUMER.CREATE.{stream}.{name}", {"stream_name": stream, "config": config},
+                                  prefix=plan.api_prefix)
+    want = int(created.get("num_pending", 0))
+    records: list[Record] = []
+    try:
+        inbox = nc.new_inbox()
+        sub = await nc.subscribe(inbox)
+        try:
+            while len(records) < want:
+                await nc.publish(f"{plan.api_prefix}.CONSUMER.MSG.NEXT.{stream}.{name}",
+                                 json.dumps({"batch": want - len(records), "expires": 5 * 10**9}).encode(),
+                                 reply=inbox)
+                got = 0
+                while len(records) < want:
+                    try:
+                        msg = await sub.next_msg(timeout=6)
+                    except Exception:
+                        break
+                    if not msg.reply:
+                        break  # a status: ask again
+                    _, _, ts, _ = fast_fields(msg.reply.encode())
+                    if (msg.headers and msg.headers.get("KV-Operation")) or msg.subject.endswith(".run"):
+                        want -= 1
+                        continue
+                    records.append(Record.from_json(msg.data, _ns_time(ts)))
+                    got += 1
+                if not got:
+                    break
+        finally:
+            await sub.unsubscribe()
+    finally:
+        try:
+            await jsapi.request(nc, f"CONSUMER.DELETE.{stream}.{name}", prefix=plan.api_prefix)
+        except Exception:  # ephemeral: the inactive threshold reaps it
+            log.debug("could not delete consumer %s", name)
+    return records
+
+
+def _ns_time(ns: int) -> Any:
+    import datetime as dt
+
+    return dt.datetime.fromtimestamp(ns // 1000 / 1e6, tz=dt.timezone.utc)
+
+
+async def put_record(nc: Any, plan: GuardPlan, subject: str, record: Record) -> None:
+    reply = await nc.request(subject, record.to_json(), timeout=10)
+    error = json.loads(reply.data or b"{}").get("error")
+    if error:
+        raise JetStreamApiError(f"PUB {subject}", int(error.get("code", 0)), int(error.get("err_code", 0)),
+                                error.get("description", ""))
+
+
+async def heartbeat(nc: Any, plan: GuardPlan, run: str, partition: int, record: Record) -> None:
+    """Put ``record`` again every :data:`HEARTBEAT` seconds until cancelled (the task ended): a
+    failure is logged and tried again at the next beat, never raised into the write."""
+    subject = _subject(plan, run, partition)
+    while True:
+        await asyncio.sleep(HEARTBEAT)
+        try:
+            await put_record(nc, plan, subject, record)
+        except Exception as exc:
+            log.debug("could not renew the replay record %s: %s", subject, exc)
+
+
+async def finished(nc: Any, plan: GuardPlan, run: str, partition: int, record: Record) -> None:
+    """The task has every PubAck: its messages are all at or before the target's last sequence now."""
+    upto = await _target_last(nc, plan)
+    done = Record(record.after, record.attempt, True, upto, record.prior_end)
+    await put_record(nc, plan, _subject(plan, run, partition), done)
+
+
+async def stored_ids(nc: Any, plan: GuardPlan, run: str, after: int, end: int,
+                     deadline: float) -> tuple[frozenset[str], int]:
+    """The ``Nats-Msg-Id``s starting with ``<run>:`` among the target's messages in ``(after, end]``,
+    and how many messages were read: an ephemeral headers-only consumer."""
     if end <= after:
-        return frozenset()
+        return frozenset(), 0
     prefix = f"{run}:"
     name = f"sparkjs_guard_{uuid.uuid4().hex[:16]}"
     config = {"name": name, "deliver_policy": "by_start_sequence", "opt_start_seq": after + 1,
@@ -145,41 +352,44 @@ async def stored_ids(nc: Any, plan: GuardPlan, run: str, after: int, deadline: f
     sub = await nc.subscribe(inbox, cb=queue.put)
     give_up = time.monotonic() + deadline
     seen = after
+    read = 0
     try:
-        while seen < end:  # messages stored since (a replay's own publishes) are not this attempt's concern
+        while seen < end:
             await nc.publish(f"{plan.api_prefix}.CONSUMER.MSG.NEXT.{plan.target_stream}.{name}",
-                             json.dumps({"batch": SCAN_BATCH, "expires": 2 * 10**9}).encode(), reply=inbox)
+                             json.dumps({"batch": min(SCAN_BATCH, end - seen), "expires": 2 * 10**9}).encode(),
+                             reply=inbox)
             got = 0
             while got < SCAN_BATCH and seen < end:
                 left = give_up - time.monotonic()
                 if left <= 0:
                     raise JetStreamApiError("CONSUMER.MSG.NEXT", 408, 0, f"reading what stream "
-                                            f"'{plan.target_stream}' holds after sequence {after} took over "
-                                            f"{deadline:g}s")
+                                            f"'{plan.target_stream}' holds in sequences {after + 1}..{end} took "
+                                            f"over {deadline:g}s")
                 try:
                     msg = await asyncio.wait_for(queue.get(), min(left, 5.0))
                 except asyncio.TimeoutError:
                     break  # the pull expired: ask again
                 if not msg.reply:  # a status (408 expired, 404 none): done, or the replica still catching up
                     if await _nothing_left(nc, plan, seen, end):
-                        return frozenset(found)
+                        return frozenset(found), read
                     break
                 got += 1
                 seen, _, _, pending = fast_fields(msg.reply.encode())
+                if seen > end:
+                    break
+                read += 1
                 msg_id = (msg.headers or {}).get("Nats-Msg-Id")
                 if msg_id and msg_id.startswith(prefix):
                     found.add(msg_id)
                 if pending == 0 and await _nothing_left(nc, plan, seen, end):
-                    return frozenset(found)
+                    return frozenset(found), read
     finally:
         await sub.unsubscribe()
         try:
             await jsapi.request(nc, f"CONSUMER.DELETE.{plan.target_stream}.{name}", prefix=plan.api_prefix)
         except Exception:  # ephemeral: the inactive threshold reaps it
             log.debug("could not delete consumer %s", name)
-    return frozenset(found)
-
-
+    return frozenset(found), read
 async def _nothing_left(nc: Any, plan: GuardPlan, seen: int, end: int) -> bool:
     """Whether the stream's leader holds no message after ``seen`` up to ``end``.
 

@@ -127,4 +127,4 @@ def _guard_plan(opts: Any, streaming: bool) -> replay_guard.GuardPlan | None:
     if target is None:
         return None
     return replay_guard.GuardPlan(bucket=opts.state_bucket, target_stream=target, token=replay_guard.new_token(),
-                                  api_prefix=opts.api_prefix)
+                                  api_prefix=opts.api_prefix, ack_timeout=opts.ack_timeout)

@@ -247,8 +247,10 @@ class WriteTask:
         self.pub = runtime.run(open_publisher())
 
     def _replayed(self) -> frozenset[str]:
-        """The ids an earlier attempt of this run already stored in the target (``replay_guard``)."""
+        """The ids an earlier attempt of this run already stored in the target (``replay_guard``); the
+        record of this attempt is then renewed while the task publishes (:meth:`_end_guard` ends it)."""
         guard = self.plan.guard
+        self._guard_beat = self._guard_record = None
         if guard is None or self.msg_ids is None:
             return frozenset()
         from pyspark import TaskContext
@@ -256,19 +258,52 @@ class WriteTask:
         from . import replay_guard
 
         ctx = TaskContext.get()
-        stage = str(ctx.stageId()) if ctx is not None else "0"
+        # The task attempt, not the stage and attempt number: a stage Spark resubmits (a lost shuffle
+        # output) runs its tasks again with attemptNumber 0 (issue #33).
+        attempt_id = f"{guard.token}/{ctx.taskAttemptId() if ctx is not None else 0}"
         retried = ctx is not None and ctx.attemptNumber() > 0
 
         async def begin() -> replay_guard.Attempt:
             nc = await runtime.connection(self.opts.connection)
-            return await replay_guard.begin(nc, guard, self.msg_ids.run, self.partition, stage, retried)
+            return await replay_guard.begin(nc, guard, self.msg_ids.run, self.partition, attempt_id, retried)
 
         attempt = runtime.run(begin(), timeout=300)
         if attempt.replay:
-            log.info("JetStream sink: run %s partition %d replays; %d of its ids are in stream %s already (stored "
-                     "after sequence %d)", self.msg_ids.run, self.partition, len(attempt.stored), guard.target_stream,
-                     attempt.after)
+            first, end = attempt.window or (attempt.after, attempt.after)
+            log.info("JetStream sink: run %s partition %d replays; %d of its ids are in stream %s already (read "
+                     "%d messages, sequences %d..%d)", self.msg_ids.run, self.partition, len(attempt.stored),
+                     guard.target_stream, attempt.scanned, first + 1, end)
+        self.guard_scanned = attempt.scanned
+        self._guard_record = attempt.record
+
+        async def beat() -> None:
+            nc = await runtime.connection(self.opts.connection)
+            await replay_guard.heartbeat(nc, guard, self.msg_ids.run, self.partition, attempt.record)
+
+        if attempt.record is not None:
+            self._guard_beat = runtime.submit(beat())
         return attempt.stored
+
+    def _end_guard(self, finished: bool) -> None:
+        """Stop renewing this attempt's record; when every PubAck came, mark it done (its messages are
+        all at or before the target's last sequence now: a replay reads no further)."""
+        beat, self._guard_beat = getattr(self, "_guard_beat", None), None
+        if beat is not None:
+            beat.cancel()
+        record = getattr(self, "_guard_record", None)
+        if not finished or record is None:
+            return
+        from . import replay_guard
+
+        async def done() -> None:
+            nc = await runtime.connection(self.opts.connection)
+            await replay_guard.finished(nc, self.plan.guard, self.msg_ids.run, self.partition, record)
+
+        try:
+            runtime.run(done(), timeout=30)
+        except Exception as exc:  # the record stays: a replay then bounds this attempt by its last heartbeat
+            log.warning("Could not mark the replay record of run %s partition %d done: %s", self.msg_ids.run,
+                        self.partition, exc)
 
     def publish(self, batch: Any) -> None:
         """Encode and publish ``batch`` in slices of the window's refill size (half of it; at least
@@ -472,6 +507,7 @@ class WriteTask:
         runtime.run(self.pub.drain())
         while self.settle():  # creates put again, dead letters: drained and settled in turn
             runtime.run(self.pub.drain())
+        self._end_guard(finished=True)
         pub = self.pub
         return SinkCommitMessage(partition=self.partition, published=pub.stored, duplicates=pub.duplicates,
                                  dead_lettered=pub.dead_lettered, expired=self.expired,
@@ -484,6 +520,7 @@ class WriteTask:
                                  query_id=self.query_id, query_name=self.query_name)
 
     def close(self, failed: bool) -> None:
+        self._end_guard(finished=False)
         if self.held is not None:
             self.held.close()  # its spilled runs, if any
         # A failed task leaves nothing behind to be sent after a reconnect.
