@@ -15,7 +15,15 @@ import pytest
 from pyspark.errors import StreamingQueryException
 from pyspark.sql import functions as F
 
-from ..helpers import fill_stream, forget_last_commit, publish, read_limit, server_time, wait_until, worker_log
+from ..helpers import (
+    fill_stream,
+    forget_last_commit,
+    publish,
+    read_limit,
+    server_time,
+    wait_until,
+    worker_log,
+)
 
 WINDOW_NS = 2 * 10**9
 
