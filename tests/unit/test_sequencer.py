@@ -164,6 +164,27 @@ def test_the_encoder_publishes_the_chosen_rows_at_their_positions_with_their_hea
         (100, "run:7:100"), (101, "run:7:101"), (102, "run:7:102"), (103, "run:7:103")]
 
 
+def test_a_bucket_copy_publishes_the_options_sequence_line_only():
+    """A bucket read's row carries its source's Spark-JetStream-Sequence in 'headers': the copy's block holds the
+    option's line alone, so a look-up (which keeps a header's last value) reads the target's order (issue #33)."""
+    from pyspark.sql.types import ArrayType, MapType
+
+    read = StructType([StructField("key", StringType()), StructField("data", StringType()),
+                       StructField("operation", StringType()), StructField("subject", StringType()),
+                       StructField("stream", StringType()), StructField("seq", LongType()),
+                       StructField("headers", MapType(StringType(), ArrayType(StringType())))])
+    layout = layout_from_schema(read, has_default_subject=False, bucket=True)
+    enc = BatchEncoder(layout, EncoderConfig(None, None, False, None, False, 1 << 20, bucket="B"), None)
+    rows = pa.RecordBatch.from_pydict({
+        "key": ["a"], "data": ["1"], "operation": ["PUT"], "subject": ["$KV.A.a"], "stream": ["KV_A"], "seq": [3],
+        "headers": pa.array([[("Spark-JetStream-Sequence", ["int:100"])]],
+                            pa.map_(pa.string(), pa.list_(pa.string())))})
+    out = enc.encode(rows, 0, "_R.", choice=RowChoice({0: f"{hdrs.SEQUENCE}: int:3\r\n"}))
+    assert out.rejected == []
+    block = b"NATS/1.0\r\nSpark-JetStream-Sequence: int:3\r\n\r\n"
+    assert out.frames[0][1] == b"HPUB $KV.B.a _R.0 %d %d\r\n%s1\r\n" % (len(block), len(block) + 1, block)
+
+
 OPTIONS = {"servers": "nats://127.0.0.1:1", "bucket": "B", "sequenceBy": "n"}
 
 

@@ -314,6 +314,29 @@ def test_the_users_own_rows_still_refuse_reserved_headers():
     assert not out.frames and "reserved" in out.rejected[0].reason
 
 
+def test_rows_as_read_leave_out_the_sequence_header_in_any_case():
+    """The option sequenceBy owns it: a copy never carries the source's order into the target (issue #33)."""
+    stored = [("Spark-JetStream-Sequence", ["int:100"]), ("spark-jetstream-SEQUENCE", ["int:7"]), ("X-Tag", ["a"])]
+    row = {"subject": "t.a", "data": b"x", "stream": "SRC", "seq": 7, "headers": stored, "ttl": None,
+           "marker_reason": None}
+    out = encode([row], READ_LAYOUT, types=READ_TYPES)
+    assert not out.rejected
+    assert decode(out.frames[0][1])[1] == {"X-Tag": ["a"]}
+
+
+@pytest.mark.parametrize("name", ["Spark-JetStream-Sequence", "spark-jetstream-sequence", "SPARK-JETSTREAM-SEQUENCE"])
+def test_the_users_own_rows_cannot_set_the_sequence_header(name):
+    rows = [{"subject": "a", "data": b"1", "headers": [("X", ["1"])]},
+            {"subject": "a", "data": b"2", "headers": [("X", ["2"]), (name, ["int:9223372036854775807"])]}]
+    types = [("subject", pa.string()), ("data", pa.binary()), ("headers", pa.map_(pa.string(), pa.list_(pa.string())))]
+    out = encode(rows, InputLayout(subject="subject", headers="headers", headers_multi=True), types=types)
+    assert [p for p, *_ in out.frames] == [100]
+    (rej,) = out.rejected
+    assert (rej.position, rej.column, rej.payload) == (101, "headers", b"2")
+    assert f"header {name!r} is set by the option 'sequenceBy'" in rej.reason
+    assert "int:9223372036854775807" in repr(rej.value)
+
+
 def test_each_frame_carries_its_subject_ttl_and_id_and_slices_back_to_its_block_and_payload():
     rows = [{"subject": "a.b", "data": b"x\r\ny", "ttl": "1h", "headers": [("X-A", ["1", "2"])]},
             {"subject": None, "data": b"", "ttl": None, "headers": None}]

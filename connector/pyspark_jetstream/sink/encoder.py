@@ -26,6 +26,17 @@ server does; their effect travels in the ``ttl`` and ``msg_id`` columns. With
 as KV purges). Delete markers (``marker_reason`` set) are skipped and counted:
 null the column to write them as ordinary rows. Rows without the source's
 columns are the user's own and their headers are checked as such.
+
+**The sequence header is the option's.** ``Spark-JetStream-Sequence``
+(:data:`~pyspark_jetstream.protocol.headers.SEQUENCE`) holds a KV value's order for
+option ``sequenceBy`` (sink/sequencer.py), and only the option writes it. From rows
+as read it is left out, like the ``Nats-*`` headers: a copy of a bucket written with
+the option would otherwise carry the source's values into the target, after the
+option's own line, and a look-up keeps the last; the target would compare with the
+source's order (older rows win, newer ones are skipped, another type fails). In the
+user's own rows it is refused, in any case (``int:9223372036854775807`` would pin a
+key against every writer with the option). Both hold with or without the option on
+this write: a target written without it may be written with it later.
 """
 
 from __future__ import annotations
@@ -835,6 +846,11 @@ class BatchEncoder:
             if as_read and lowered is not None and lowered.startswith(hdrs.RESERVED_PREFIX) and not (
                     allow_rollup and lowered == hdrs.ROLLUP.lower()):
                 continue  # owned by the server or the original publisher (module docstring)
+            if lowered == _SEQUENCE:
+                if as_read:
+                    continue  # the source's order, not the target's (module docstring)
+                raise hdrs.InvalidHeader(f"header {name!r} is set by the option 'sequenceBy' (a KV value's order); "
+                                         "a row cannot set it")
             if self.config.bucket is not None and lowered == _KV_OPERATION:
                 if as_read:
                     continue  # the 'operation' column carries it
@@ -858,6 +874,7 @@ class BatchEncoder:
 
 
 _KV_OPERATION = hdrs.KV_OPERATION.lower()
+_SEQUENCE = hdrs.SEQUENCE.lower()
 
 
 def _too_large(position: int, subject: str, total: int, max_payload: int, payload: bytes,
