@@ -10,7 +10,7 @@ import pytest
 from pyspark.errors import PySparkException
 from pyspark.sql import functions as F
 
-from ..helpers import history, jetstream_writer, kv_of, latest, worker_log
+from ..helpers import history, jetstream_writer, kv_keys, kv_of, latest, worker_log
 
 T0 = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
 
@@ -216,3 +216,69 @@ def test_a_streaming_query_keeps_each_keys_newest_window_across_micro_batches(sp
     for k in range(10):
         stored = [int(v[1:]) for _, v in history(nats_client, kv, f"k{k}")]
         assert stored == sorted(set(stored)) and stored[-1] == int(expected[f"k{k}"][1:]), (k, stored)
+
+
+@pytest.mark.parametrize("order", ["long", "timestamp"])
+def test_a_copy_with_the_option_orders_by_its_own_column_not_the_sources_header(spark, nats_server, nats_client,
+                                                                                 stream_name, worker_logging, order):
+    """Issue #33: bucket A written with sequenceBy (its values carry A's Spark-JetStream-Sequence), then newer
+    values put by nats-py; A's change log copied into B with sequenceBy=seq in two writes, older rows first.
+    B must compare with its own order (A's seq), not with A's header (which kept B's old values, or failed on
+    a type mismatch for another type)."""
+    source, target = f"{stream_name}_A", f"{stream_name}_B"
+    n = "cast(100 as long)" if order == "long" else "timestamp'2026-01-01 00:00:00'"
+    old = spark.createDataFrame([(f"k{k}", f"old{k}") for k in range(5)], "key string, data string")
+    jetstream_writer(old.withColumn("n", F.expr(n)), nats_server.url, bucket=source, ensureBucket="create",
+                     sequenceBy="n", **{"bucket.history": "10"}).save()
+    a = kv_of(nats_client, source)
+    a0 = nats_client.run(nats_client.js.get_last_msg(f"KV_{source}", f"$KV.{source}.k0"))
+    assert a0.headers["Spark-JetStream-Sequence"] in ("int:100", f"ts:{int(T0.timestamp() * 1e6)}")
+    for k in range(5):
+        nats_client.run(a.put(f"k{k}", f"new{k}".encode()))  # A's seq 6..10, without the header
+
+    read = (spark.read.format("jetstream").option("servers", nats_server.url).option("bucket", source)
+            .option("numPartitions", 1).load())
+    jetstream_writer(read.where("seq <= 5"), nats_server.url, bucket=target, ensureBucket="create", sequenceBy="seq",
+                     **{"bucket.history": "10"}).save()
+    jetstream_writer(read.where("seq > 5"), nats_server.url, bucket=target, sequenceBy="seq").save()
+
+    b = kv_of(nats_client, target)
+    assert kv_keys(nats_client, b) == [f"k{k}" for k in range(5)]
+    assert {f"k{k}": latest(nats_client, b, f"k{k}") for k in range(5)} == {f"k{k}": f"new{k}".encode()
+                                                                             for k in range(5)}
+    for k in range(5):  # each key was written twice, each time with B's own order (A's seq) alone
+        assert history(nats_client, b, f"k{k}") == [("PUT", f"old{k}".encode()), ("PUT", f"new{k}".encode())]
+        stored = nats_client.run(nats_client.js.get_last_msg(f"KV_{target}", f"$KV.{target}.k{k}"))
+        assert stored.headers["Spark-JetStream-Sequence"] == f"int:{6 + k}"
+    # Both writes published their 5 rows; none was skipped as older.
+    lines = committed(spark, target).splitlines()
+    assert len(lines) == 2 and all(re.search(r" 5 published,", line) for line in lines), lines
+    assert "older than" not in "\n".join(lines)
+
+
+@pytest.mark.parametrize("sequence_by", [True, False])
+def test_a_users_row_cannot_set_the_sequence_header(spark, nats_server, nats_client, stream_name, sequence_by):
+    """Issue #33: the header is the option's; a row carrying it (here pinning its key with the greatest long) is
+    refused naming the row, the column and the value, with the option or without it, and dead-lettered when asked."""
+    bucket = stream_name
+    pin = {"spark-jetstream-sequence": "int:9223372036854775807"}
+    df = spark.createDataFrame([("a", "pin", 1, pin), ("b", "ok", 1, None)],
+                               "key string, data string, n long, headers map<string,string>").coalesce(1)
+    options = {"sequenceBy": "n"} if sequence_by else {}
+    if not sequence_by:
+        df = df.drop("n")
+    with pytest.raises(PySparkException) as info:
+        jetstream_writer(df, nats_server.url, bucket=bucket, ensureBucket="create", **options).save()
+    text = str(info.value)
+    assert "PublishError" in text and "row 0 of partition 0" in text and f"$KV.{bucket}.a" in text, text[:3000]
+    assert "'spark-jetstream-sequence' is set by the option 'sequenceBy'" in text, text[:3000]
+    assert "column 'headers' value" in text and "int:9223372036854775807" in text, text[:3000]
+    kv = kv_of(nats_client, bucket)
+    assert latest(nats_client, kv, "a") == "missing"
+
+    nats_client.add_stream(f"{stream_name}DLQ", [f"{stream_name}.dlq"])
+    jetstream_writer(df, nats_server.url, bucket=bucket, deadLetterSubject=f"{stream_name}.dlq", **options).save()
+    [dead] = nats_client.messages(f"{stream_name}DLQ")
+    assert dead.data == b"pin" and dead.headers["Spark-JetStream-Original-Subject"] == [f"$KV.{bucket}.a"]
+    assert "sequenceBy" in dead.headers["Spark-JetStream-Error"][0]
+    assert (latest(nats_client, kv, "a"), latest(nats_client, kv, "b")) == ("missing", b"ok")
