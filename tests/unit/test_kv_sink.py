@@ -209,3 +209,31 @@ def test_the_create_put_again_expects_the_tombstones_revision_and_keeps_the_rest
     again = kv.recreate_block(CREATE, 42)
     assert again == b"NATS/1.0\r\nNats-Expected-Last-Subject-Sequence: 42\r\nNats-Msg-Id: q:1:0:5\r\n\r\n"
     assert parse_headers(again)["Nats-Expected-Last-Subject-Sequence"] == ["42"]
+
+
+def test_the_duplicate_window_probe_asks_for_an_id_no_message_carries():
+    assert kv.duplicate_probe_headers("q:1:0:5", "never-1") == {"Nats-Msg-Id": "q:1:0:5",
+                                                                 "Nats-Expected-Last-Msg-Id": "never-1"}
+
+
+@pytest.mark.parametrize(("ack", "answer"), [
+    (b'{"stream":"KV_b","seq":4,"duplicate":true}', True),  # the window holds the id
+    (b'{"error":{"code":400,"err_code":10070,"description":"wrong last msg ID: x"},"stream":"KV_b","seq":0}', False),
+    (b'{"stream":"KV_b","seq":9}', None),  # stored: never for a probe; says nothing of the id
+    (b'{"error":{"code":503,"err_code":10008,"description":"jetstream not enabled"}}', None),
+    (b"", None),
+])
+def test_what_the_probe_answered(ack, answer):
+    from pyspark_jetstream.protocol.puback import parse_puback
+
+    parsed = parse_puback(ack)
+    assert kv.probe_answer(parsed.outcome, parsed.err_code) is answer
+
+
+@pytest.mark.parametrize(("block", "msg_id"), [
+    (CREATE, "q:1:0:5"),
+    (b"NATS/1.0\r\nKV-Operation: DEL\r\n\r\n", None),
+    (b"", None),
+])
+def test_the_id_of_a_stored_message(block, msg_id):
+    assert kv.msg_id_of(block) == msg_id

@@ -36,6 +36,10 @@ EXPECTED_LAST_SUBJECT_SEQUENCE = "Nats-Expected-Last-Subject-Sequence"
 """Compare-and-set: the server stores the message only when the subject's last sequence is this
 (0: only when the subject has no message), else refuses it (err_code 10071). KV ``create``/``update``."""
 
+EXPECTED_LAST_MSG_ID = "Nats-Expected-Last-Msg-Id"
+"""The server stores the message only when the stream's last message carries this ``Nats-Msg-Id``,
+else refuses it (err_code 10070); checked after de-duplication (sink/cas_replay.py's probe)."""
+
 PENDING_MESSAGES = "Nats-Pending-Messages"
 PENDING_BYTES = "Nats-Pending-Bytes"
 """ADR-37: on a pull request's terminal status, what the request still had outstanding."""

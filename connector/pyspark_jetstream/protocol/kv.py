@@ -20,7 +20,15 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from .headers import EXPECTED_LAST_SUBJECT_SEQUENCE, KV_OPERATION, ROLLUP, parse_headers
+from .headers import (
+    EXPECTED_LAST_MSG_ID,
+    EXPECTED_LAST_SUBJECT_SEQUENCE,
+    KV_OPERATION,
+    MSG_ID,
+    ROLLUP,
+    parse_headers,
+)
+from .puback import DUPLICATE as DUPLICATE_OUTCOME
 from .stream_rules import StreamPlan, StreamRuleError, check_ttl_transition, plan_missing, refuse_mirror
 
 PUT, DEL, PURGE = "PUT", "DEL", "PURGE"
@@ -67,6 +75,37 @@ def tombstone_revision(seq: int, header_block: bytes) -> int | None:
 def recreate_block(header_block: bytes, revision: int) -> bytes:
     """A ``create``'s header block expecting the tombstone's ``revision`` instead of no sequence."""
     return header_block.replace(_CREATE_LINE, f"\r\n{EXPECTED_LAST_SUBJECT_SEQUENCE}: {revision}\r\n".encode(), 1)
+
+
+ERR_WRONG_LAST_MSG_ID = 10070
+"""The server's err_code for a publish whose ``Nats-Expected-Last-Msg-Id`` is not the stream's last id."""
+
+
+def duplicate_probe_headers(msg_id: str, never: str) -> dict[str, str]:
+    """The headers of an empty publish that asks whether ``msg_id`` is in the stream's duplicate window
+    and stores nothing either way: ``Nats-Expected-Last-Msg-Id`` set to ``never`` (an id no message
+    carries) is checked after de-duplication on every server from 2.10, clustered or not (nats-server
+    ``processJetStreamMsg``; ``checkMsgHeadersPreClusteredProposal`` de-duplicates before proposing), so
+    the answer is ``duplicate`` when the window holds the id, else a refusal with 10070.
+
+    Unlike the row itself: from nats-server 2.12 a single server checks a row's
+    ``Nats-Expected-Last-Subject-Sequence`` *before* its id, so a compare-and-set row sent again
+    after it was stored is refused with 10071, not answered ``duplicate``, even inside the window."""
+    return {MSG_ID: msg_id, EXPECTED_LAST_MSG_ID: never}
+
+
+def probe_answer(outcome: str, err_code: int | None) -> bool | None:
+    """What a :func:`duplicate_probe_headers` publish answered (its PubAck's outcome and err_code): True
+    when the window holds the id, False when it does not (10070), None for anything else (cannot tell)."""
+    if outcome == DUPLICATE_OUTCOME:
+        return True
+    return False if err_code == ERR_WRONG_LAST_MSG_ID else None
+
+
+def msg_id_of(header_block: bytes) -> str | None:
+    """The ``Nats-Msg-Id`` of a stored message's header block, or None."""
+    values = parse_headers(header_block).get(MSG_ID) if header_block else None
+    return values[-1] if values else None
 
 
 def is_valid_key(key: str) -> bool:

@@ -402,7 +402,8 @@ class WriteTask:
 
     def settle(self) -> bool:
         """Turn the publishes the server refused since the last call into dead letters (or a failure);
-        a KV ``create`` refused because the key's last entry is a tombstone is put again first
+        a compare-and-set row that an earlier attempt stored is counted as stored (:meth:`stored_before`)
+        and a KV ``create`` refused because the key's last entry is a tombstone is put again first
         (:meth:`recreate`). Whether anything was published meanwhile (that :meth:`finish` drains)."""
         async def take() -> list:
             taken, self.pub.failures = self.pub.failures, []
@@ -416,7 +417,7 @@ class WriteTask:
             f = dead[0]
             raise PublishError(subject=self.opts.dead_letter_subject, position=f.position, partition=self.partition,
                                reason=f"the dead-letter publish was rejected: {f.description}", err_code=f.err_code)
-        failures = self.recreate(failures)
+        failures = self.recreate(self.stored_before(failures))
         if not failures:
             return True
         rejections, originals = [], {}
@@ -433,6 +434,31 @@ class WriteTask:
             originals[f.position] = sent.header_block
         self.divert(rejections, originals)
         return True
+
+    def stored_before(self, failures: list) -> list:
+        """Compare-and-set rows refused with 10071 whose ``Nats-Msg-Id`` the bucket shows stored (a retry,
+        a replay or a resend of a row its first attempt stored: sink/cas_replay.py) are counted among the
+        rows already stored, neither failed nor dead-lettered. Returns the failures that stand."""
+        candidates = [] if self.opts.bucket is None else [
+            f for f in failures if f.err_code == kv.ERR_WRONG_LAST_SEQUENCE and OutFrame._make(f.sent).msg_id]
+        if not candidates:
+            return failures
+        from .cas_replay import stored_already
+
+        stream, prefix = kv.stream_name(self.opts.bucket), self.opts.api_prefix
+        rows = [(f.sent[2], f.sent[4]) for f in candidates]  # OutFrame.subject, .msg_id
+
+        async def look() -> list[bool]:
+            nc = await runtime.connection(self.opts.connection)
+            return await stored_already(nc, stream, rows, prefix)
+
+        stored = {f.position for f, found in zip(candidates, runtime.run(look()), strict=True) if found}
+        if not stored:
+            return failures
+        self.already_stored += len(stored)
+        log.info("JetStream sink: %d compare-and-set rows of partition %d were refused (wrong last sequence) because "
+                 "an earlier attempt stored them; counted as stored", len(stored), self.partition)
+        return [f for f in failures if f.position not in stored]
 
     def recreate(self, failures: list) -> list:
         """nats-py's ``kv.create``: a create (``expected_revision`` 0) refused with 10071 is put again,
@@ -568,7 +594,7 @@ def log_totals(messages: Iterable[Any], batch_id: int | None = None, target: str
         " (copies from a retried task or a replay, or rows sharing a Nats-Msg-Id)" if totals["duplicates"] else "",
         totals["dead_lettered"], totals["expired"],
         (f", {totals['markers_skipped']} delete markers skipped" if totals["markers_skipped"] else "")
-        + (f", {totals['already_stored']} stored by an earlier attempt (not published again)"
+        + (f", {totals['already_stored']} stored by an earlier attempt (not stored again)"
            if totals["already_stored"] else "")
         + (f", {totals['older_in_write'] + totals['older_than_stored']} older than their key's newest (sequenceBy) "
            f"skipped ({totals['older_than_stored']} not newer than the stored value, {totals['older_in_write']} "

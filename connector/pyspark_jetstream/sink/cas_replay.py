@@ -1,0 +1,100 @@
+"""Replayed compare-and-set rows (``expected_revision``): refused, yet stored by an earlier attempt.
+
+A row that carries ``expected_revision`` is published with ``Nats-Expected-Last-Subject-Sequence``.
+When a retried task, a replayed micro-batch, a ``save()`` retried with its ``writeId`` or a resend
+after a reconnect sends such a row again after its first attempt stored it, the key has moved on
+(to the row's own revision, or past it) and the server refuses it with 10071, on nats-server 2.12 and
+later even inside the duplicate window: a single server checks the expected sequence before the
+``Nats-Msg-Id`` (``processJetStreamMsg``; 2.11, and clustered streams, de-duplicate first). The sink's replay
+records (``replay_guard``) keep most such rows from being sent at all, but not rows whose message a
+later row of their key replaced (history 1), nor any row with ``sinkState=none``.
+
+So a row refused with 10071 that carries a ``Nats-Msg-Id`` is looked for, and counted as stored
+(``already stored``, not failed, not dead-lettered) when the bucket shows its id:
+
+1. the key's last message carries it (one ``STREAM.MSG.GET``: the common replay);
+2. the duplicate window holds it (one empty publish that stores nothing,
+   :func:`~pyspark_jetstream.protocol.kv.duplicate_probe_headers`): a row replaced since;
+3. one of the key's older messages carries it (buckets with history > 1: a walk by subject).
+
+Otherwise the refusal stands, as for any stale row. What this cannot see: a row stored by an
+earlier attempt, past the duplicate window, whose message the bucket no longer holds (replaced by
+later values of its key beyond the bucket's history, purged, expired): it is refused (docs/kv.md).
+A row the first attempt refused is refused again (its id was never stored).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import uuid
+from typing import Any
+
+from ..client import jsapi
+from ..logs import get_logger
+from ..protocol import kv
+from ..protocol.puback import parse_puback
+
+log = get_logger("sink")
+
+WINDOW = 256
+"""Rows looked for at once (their requests pipelined on the task's connection)."""
+
+
+async def stored_already(nc: Any, stream: str, rows: list[tuple[str, str]], prefix: str = jsapi.API_PREFIX,
+                         timeout: float = 10.0) -> list[bool]:
+    """For each (subject, msg id) of a refused compare-and-set row: whether ``stream`` shows that id stored
+    on that subject (in the order of ``rows``)."""
+    never = f"sparkjs-none-{uuid.uuid4().hex}"  # no message carries it: the probe never stores
+    gate = asyncio.Semaphore(WINDOW)
+    info = await jsapi.stream_info(nc, stream, prefix)
+    history = int((info or {}).get("config", {}).get("max_msgs_per_subject") or -1)  # -1: unlimited
+
+    async def one(subject: str, msg_id: str) -> bool:
+        async with gate:
+            last = await jsapi.last_message_of_subject(nc, stream, subject, prefix)
+            if last is None:
+                return False  # the key holds nothing: nothing of it was stored (or all was removed)
+            if kv.msg_id_of(last[1]) == msg_id:
+                return True
+            if await in_duplicate_window(nc, subject, msg_id, never, timeout):
+                return True
+            return history != 1 and await among_older(nc, stream, subject, msg_id, last[0], prefix)
+
+    return list(await asyncio.gather(*(one(subject, msg_id) for subject, msg_id in rows)))
+
+
+async def in_duplicate_window(nc: Any, subject: str, msg_id: str, never: str, timeout: float) -> bool:
+    """Whether the duplicate window of the stream capturing ``subject`` holds ``msg_id`` (a publish that
+    stores nothing either way). An answer that tells neither (a timeout, another error) is a no."""
+    import nats.errors
+
+    try:
+        reply = await nc.request(subject, b"", timeout=timeout, headers=kv.duplicate_probe_headers(msg_id, never))
+    except (nats.errors.TimeoutError, nats.errors.NoRespondersError, asyncio.TimeoutError) as exc:
+        log.debug("duplicate-window probe of %s on %s: %r", msg_id, subject, exc)
+        return False
+    ack = parse_puback(reply.data or b"")
+    answer = kv.probe_answer(ack.outcome, ack.err_code)
+    if answer is None:
+        log.debug("duplicate-window probe of %s on %s answered %s", msg_id, subject, ack)
+    return bool(answer)
+
+
+async def among_older(nc: Any, stream: str, subject: str, msg_id: str, last: int,
+                      prefix: str = jsapi.API_PREFIX) -> bool:
+    """Whether a message of ``subject`` before sequence ``last`` carries ``msg_id``: the key's history,
+    oldest first, one ``STREAM.MSG.GET`` (``next_by_subj``) per message (a bucket keeps at most 64)."""
+    seq = 1
+    while seq < last:
+        reply = await jsapi.request_unless(jsapi.ERR_NO_MESSAGE_FOUND, nc, f"STREAM.MSG.GET.{stream}",
+                                           {"seq": seq, "next_by_subj": subject}, prefix=prefix)
+        if reply is None:
+            return False
+        message = reply["message"]
+        if int(message["seq"]) >= last:
+            return False
+        if kv.msg_id_of(base64.b64decode(message.get("hdrs") or "")) == msg_id:
+            return True
+        seq = int(message["seq"]) + 1
+    return False
