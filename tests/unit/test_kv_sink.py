@@ -237,3 +237,13 @@ def test_what_the_probe_answered(ack, answer):
 ])
 def test_the_id_of_a_stored_message(block, msg_id):
     assert kv.msg_id_of(block) == msg_id
+
+
+@pytest.mark.parametrize(("block", "revision"), [
+    (CREATE, 0),
+    (b"NATS/1.0\r\nNats-Expected-Last-Subject-Sequence: 42\r\nNats-Msg-Id: x\r\n\r\n", 42),
+    (b"NATS/1.0\r\nNats-Msg-Id: x\r\n\r\n", 0),
+    (b"", 0),
+])
+def test_the_revision_a_compare_and_set_row_expected(block, revision):
+    assert kv.expected_revision_of(block) == revision

@@ -102,6 +102,13 @@ def probe_answer(outcome: str, err_code: int | None) -> bool | None:
     return False if err_code == ERR_WRONG_LAST_MSG_ID else None
 
 
+def expected_revision_of(header_block: bytes) -> int:
+    """The revision a compare-and-set row's header block expects (0 when it carries none or no number).
+    Had the row been stored, its message would come after that revision."""
+    values = parse_headers(header_block).get(EXPECTED_LAST_SUBJECT_SEQUENCE) if header_block else None
+    return int(values[-1]) if values and values[-1].isdigit() else 0
+
+
 def msg_id_of(header_block: bytes) -> str | None:
     """The ``Nats-Msg-Id`` of a stored message's header block, or None."""
     values = parse_headers(header_block).get(MSG_ID) if header_block else None

@@ -41,16 +41,16 @@ WINDOW = 256
 """Rows looked for at once (their requests pipelined on the task's connection)."""
 
 
-async def stored_already(nc: Any, stream: str, rows: list[tuple[str, str]], prefix: str = jsapi.API_PREFIX,
+async def stored_already(nc: Any, stream: str, rows: list[tuple[str, str, int]], prefix: str = jsapi.API_PREFIX,
                          timeout: float = 10.0) -> list[bool]:
-    """For each (subject, msg id) of a refused compare-and-set row: whether ``stream`` shows that id stored
-    on that subject (in the order of ``rows``)."""
+    """For each (subject, msg id, expected revision) of a refused compare-and-set row: whether ``stream``
+    shows that id stored on that subject (in the order of ``rows``)."""
     never = f"sparkjs-none-{uuid.uuid4().hex}"  # no message carries it: the probe never stores
     gate = asyncio.Semaphore(WINDOW)
     info = await jsapi.stream_info(nc, stream, prefix)
     history = int((info or {}).get("config", {}).get("max_msgs_per_subject") or -1)  # -1: unlimited
 
-    async def one(subject: str, msg_id: str) -> bool:
+    async def one(subject: str, msg_id: str, expected: int) -> bool:
         async with gate:
             last = await jsapi.last_message_of_subject(nc, stream, subject, prefix)
             if last is None:
@@ -59,9 +59,9 @@ async def stored_already(nc: Any, stream: str, rows: list[tuple[str, str]], pref
                 return True
             if await in_duplicate_window(nc, subject, msg_id, never, timeout):
                 return True
-            return history != 1 and await among_older(nc, stream, subject, msg_id, last[0], prefix)
+            return history != 1 and await among_older(nc, stream, subject, msg_id, expected + 1, last[0], prefix)
 
-    return list(await asyncio.gather(*(one(subject, msg_id) for subject, msg_id in rows)))
+    return list(await asyncio.gather(*(one(*row) for row in rows)))
 
 
 async def in_duplicate_window(nc: Any, subject: str, msg_id: str, never: str, timeout: float) -> bool:
@@ -81,11 +81,12 @@ async def in_duplicate_window(nc: Any, subject: str, msg_id: str, never: str, ti
     return bool(answer)
 
 
-async def among_older(nc: Any, stream: str, subject: str, msg_id: str, last: int,
+async def among_older(nc: Any, stream: str, subject: str, msg_id: str, first: int, last: int,
                       prefix: str = jsapi.API_PREFIX) -> bool:
-    """Whether a message of ``subject`` before sequence ``last`` carries ``msg_id``: the key's history,
-    oldest first, one ``STREAM.MSG.GET`` (``next_by_subj``) per message (a bucket keeps at most 64)."""
-    seq = 1
+    """Whether a message of ``subject`` from sequence ``first`` to before ``last`` carries ``msg_id``: the
+    key's history after the revision the row expected (where it would be had it been stored), oldest
+    first, one ``STREAM.MSG.GET`` (``next_by_subj``) per message (a bucket keeps at most 64 per key)."""
+    seq = max(first, 1)
     while seq < last:
         reply = await jsapi.request_unless(jsapi.ERR_NO_MESSAGE_FOUND, nc, f"STREAM.MSG.GET.{stream}",
                                            {"seq": seq, "next_by_subj": subject}, prefix=prefix)

@@ -446,7 +446,8 @@ class WriteTask:
         from .cas_replay import stored_already
 
         stream, prefix = kv.stream_name(self.opts.bucket), self.opts.api_prefix
-        rows = [(f.sent[2], f.sent[4]) for f in candidates]  # OutFrame.subject, .msg_id
+        rows = [(sent.subject, sent.msg_id, kv.expected_revision_of(sent.header_block))
+                for sent in (OutFrame._make(f.sent) for f in candidates)]
 
         async def look() -> list[bool]:
             nc = await runtime.connection(self.opts.connection)
