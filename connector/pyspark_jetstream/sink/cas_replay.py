@@ -52,14 +52,13 @@ async def stored_already(nc: Any, stream: str, rows: list[tuple[str, str, int]],
 
     async def one(subject: str, msg_id: str, expected: int) -> bool:
         async with gate:
-            last = await jsapi.last_message_of_subject(nc, stream, subject, prefix)
-            if last is None:
-                return False  # the key holds nothing: nothing of it was stored (or all was removed)
-            if kv.msg_id_of(last[1]) == msg_id:
+            last = await jsapi.last_message_of_subject(nc, stream, subject, prefix)  # None: the key holds nothing
+            if last is not None and kv.msg_id_of(last[1]) == msg_id:
                 return True
-            if await in_duplicate_window(nc, subject, msg_id, never, timeout):
+            if await in_duplicate_window(nc, subject, msg_id, never, timeout):  # a value replaced or expired since
                 return True
-            return history != 1 and await among_older(nc, stream, subject, msg_id, expected + 1, last[0], prefix)
+            return (last is not None and history != 1
+                    and await among_older(nc, stream, subject, msg_id, expected + 1, last[0], prefix))
 
     return list(await asyncio.gather(*(one(*row) for row in rows)))
 
