@@ -107,7 +107,7 @@ def test_a_streaming_write_publishes_every_column_kind_on_this_version(spark, na
     nats_client.add_stream(dst, [f"{dst}.>"], allow_msg_ttl=True)
     for i in range(7):
         nats_client.run(nats_client.js.publish(f"{src}.k{i % 2}", f"v{i}".encode(), headers={"X-I": str(i)}))
-    out = (_stream(spark, nats_server.url, stream=src, startingOffsets="earliest")
+    out = (_stream(spark, nats_server.url, stream=src, startingOffsets="earliest", numPartitions="1")  # in order
            .select(F.concat(F.lit(f"{dst}."), F.col("subject")).alias("subject"), "data", "headers",
                    F.when(F.col("seq") % 2 == 0, F.lit("1h")).alias("ttl")))
     finished(out.writeStream.format("jetstream").option("servers", nats_server.url).option("stream", dst)

@@ -32,6 +32,10 @@ INT, TS, DATE, STR = "int", "ts", "date", "str"
 TAG_NAMES = {INT: "integer", TS: "timestamp", DATE: "date", STR: "string"}
 """Each tag as an error message names its type."""
 
+
+def _article(noun: str) -> str:
+    return f"an {noun}" if noun[0] in "aeiou" else f"a {noun}"
+
 SUPPORTED_TYPES = "byte, short, int, long, timestamp, timestamp_ntz, date or string"
 
 MAX_KEYS = 100_000
@@ -128,8 +132,8 @@ def is_newer(tag: str, value: Any, stored: str | None) -> bool:
         return True
     stored_tag, stored_value = parse_value(stored)
     if stored_tag != tag:
-        raise SequenceMismatch(f"the stored value is sequenced by a {TAG_NAMES[stored_tag]} ({stored!r}), "
-                               f"the row by a {TAG_NAMES[tag]}")
+        raise SequenceMismatch(f"the stored value is sequenced by {_article(TAG_NAMES[stored_tag])} ({stored!r}), "
+                               f"the row by {_article(TAG_NAMES[tag])}")
     return value > stored_value
 
 
