@@ -27,12 +27,20 @@ same frame again (the server drops a copy that was stored after all, by its
   in-flight frames are resent on every reconnect and, in a cluster, after
   ``RESEND_AFTER_SILENCE`` without any PubAck. Without message ids a resend
   could store a copy, so those frames are left to ``ackTimeout``.
+
+Sent again after later frames of their subject were stored, those frames would land behind
+them. With ``ordered`` (the sink's ``order=subject`` in a cluster, one target stream, ids on),
+any such trouble (a 503, a PubAck that overtakes an older frame, silence, a reconnect) stops
+new sends and runs a recovery instead (:mod:`.reorder`): every frame in flight answered or
+quiet, the messages of a subject stored ahead of one of its unanswered frames deleted, and all
+of them sent again in the task's order.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 import time
 from dataclasses import dataclass
 
@@ -49,6 +57,11 @@ RESEND_AFTER_SILENCE = 2.0
 
 DEAD_LETTER_TAG = "d"
 """Reply-token prefix that marks a dead-letter publish (``<inbox>.d<position>``)."""
+
+QUIET = 0.5
+"""Seconds without any reply after which an ordered recovery takes the frames still unanswered as lost."""
+
+_ACK_SEQ = re.compile(rb'"seq"\s*:\s*(\d+)')
 
 
 def _status_of(headers: bytes | None) -> int:
@@ -70,13 +83,28 @@ class AckFailure:
 
 
 class Publisher:
-    def __init__(self, nc, *, max_pending: int, ack_timeout: float, idempotent: bool = False) -> None:
+    def __init__(self, nc, *, max_pending: int, ack_timeout: float, idempotent: bool = False,
+                 ordered_stream: str | None = None, api_prefix: str = "$JS.API", bucket: bool = False) -> None:
         self._nc = nc
         self._idempotent = idempotent
         # 503 means "between leaders" only where there are leaders to elect.
         from ..client.nats_internals import is_clustered
 
         self._retry_503 = is_clustered(nc)
+        # Ordered recovery (module docstring): every frame to one stream, ids to resend safely, a cluster.
+        self._ordered = ordered_stream is not None and idempotent and self._retry_503
+        self._stream, self._api_prefix, self._bucket = ordered_stream, api_prefix, bucket
+        self._send_no = 0
+        self._pending: dict[str, int] = {}  # ordered: token -> send number, oldest first (resends move to the end)
+        self._stored_recent: dict[str, tuple] = {}  # ordered: token -> (send no, position, subject, seq, sent)
+        self._may_send = asyncio.Event()
+        self._may_send.set()
+        self._recovery: asyncio.Task | None = None
+        self._last_reply = time.monotonic()
+        self._rounds = 0
+        self._again = False
+        self.reordered = 0  # messages deleted and published again in their subject's order
+        self.left_out_of_order = 0  # ... that the stream would not let the sink delete
         self._first_503: dict[str, float] = {}
         self._retry_due: set[str] = set()
         self._retry_task: asyncio.Task | None = None
@@ -127,9 +155,15 @@ class Publisher:
         :meth:`_on_ack`, in its place in the run."""
         inflight, first_503, cut = self._inflight, self._first_503, self._prefix_len
         stored = 0
+        ordered = self._ordered
+        if ordered:
+            self._last_reply = time.monotonic()
         try:
             for subject, _reply, data, headers in frames:
                 token = subject[cut:].decode()
+                if ordered:
+                    self._on_ordered_ack(token, data, headers)
+                    continue
                 # A cheap pre-check: an ack it cannot vouch for (a stream named 'error') is parsed.
                 if data and may_be_plain(data) and not token.startswith(DEAD_LETTER_TAG):
                     if inflight.pop(token, None) is not None:
@@ -187,6 +221,147 @@ class Publisher:
         if inflight == 0:
             self._done.set()
 
+    def _on_ordered_ack(self, token: str, data: bytes, headers: bytes | None) -> None:
+        """An ordered publisher's reply: stored acks are remembered with their sequence (a recovery may
+        move them); one that overtakes an older frame, and any 503, start a recovery."""
+        send_no = self._pending.pop(token, None)
+        if not data and _status_of(headers) == 503 and token in self._inflight:
+            if send_no is not None:
+                self._pending[token] = send_no  # still unanswered: the recovery sends it again
+            self._trouble()
+            return
+        sent = self._inflight.get(token)
+        if sent is not None and send_no is not None and data and not token.startswith(DEAD_LETTER_TAG):
+            found = _ACK_SEQ.search(data)
+            if found is not None and b'"error"' not in data:  # stored, or a duplicate: its seq is the original's
+                self._stored_recent.pop(token, None)
+                self._stored_recent[token] = (send_no, sent[0], sent[2], int(found.group(1)), sent)
+            if self._pending and next(iter(self._pending.values())) < send_no:
+                self._trouble()  # an older frame was dropped: this one overtook it
+            if may_be_plain(data):  # the common case, settled here as the unordered fast path does
+                del self._inflight[token]
+                self.stored += 1
+                self._last_progress = time.monotonic()
+                left = len(self._inflight)
+                if left <= self.low_water:
+                    self._room.set()
+                if left == 0:
+                    self._done.set()
+                if self._recovery is None or self._recovery.done():
+                    self._forget_settled()
+                return
+        self._on_ack(token, data, headers)
+        if self._recovery is None or self._recovery.done():
+            self._forget_settled()
+
+    def _forget_settled(self) -> None:
+        """Stored frames older than every unanswered one can never need moving: forget them."""
+        oldest = next(iter(self._pending.values()), None)
+        recent = self._stored_recent
+        while recent:
+            token, entry = next(iter(recent.items()))
+            if oldest is not None and entry[0] >= oldest:
+                break
+            del recent[token]
+
+    def _trouble(self) -> None:
+        self._may_send.clear()
+        if self._recovery is None or self._recovery.done():
+            self._again = False
+            self._recovery = self._track(self._recover_until_calm())
+        else:
+            self._again = True  # seen while a round runs: another round follows it
+
+    async def _recover_until_calm(self) -> None:
+        while True:
+            await self._recover()
+            if not self._again:
+                self._may_send.set()
+                return
+            self._again = False
+
+    async def _recover(self) -> None:
+        """Module docstring: wait until every frame in flight is answered or quiet; send the unanswered
+        ones again, in the task's order; once they are answered, move the frames stored ahead of an
+        earlier one of their subject (deleted, sent again under a new id); until all is calm."""
+        from . import reorder
+
+        while True:
+            await self._quiet()
+            unanswered = sorted((t for t in self._pending if t in self._inflight), key=lambda t: self._inflight[t][0])
+            if unanswered:
+                self._rounds += 1
+                await self._send_again(unanswered)
+                continue  # their answers, then the order check
+            stored = [reorder.Stored(t, e[1], e[2], e[3]) for t, e in self._stored_recent.items()]
+            moved = reorder.ahead(stored)
+            if not moved:
+                return
+            self._rounds += 1
+            again = []
+            for frame in moved:
+                entry = self._stored_recent.pop(frame.token)
+                deleted = await self._delete(frame.seq)
+                if not deleted and not self._bucket:
+                    self.left_out_of_order += 1  # the stream keeps it where it is: counted, never stored twice
+                    continue
+                self.stored -= 1
+                self.reordered += 1
+                self._inflight[frame.token] = self._renamed(entry[4])
+                again.append(frame.token)
+            if not again:
+                return
+            await self._send_again(again)
+
+    async def _quiet(self) -> None:
+        """Until every frame in flight is answered, or no answer came for :data:`QUIET` seconds."""
+        started = time.monotonic()
+        while self._pending and time.monotonic() - self._last_reply < QUIET:
+            if time.monotonic() - started > self._ack_timeout:
+                return
+            await asyncio.sleep(QUIET / 5)
+
+    async def _send_again(self, tokens: list[str]) -> None:
+        for token in tokens:
+            self._send_no += 1
+            self._pending.pop(token, None)
+            self._pending[token] = self._send_no
+        self._done.clear()
+        self.resent += len(tokens)
+        self._last_reply = time.monotonic()
+        await self._send(b"".join(self._inflight[t][1] for t in tokens))  # progress is a PubAck, not a resend
+
+    async def _delete(self, seq: int) -> bool:
+        from ..client import jsapi
+        from ..errors import JetStreamApiError
+
+        for attempt in range(20):
+            try:
+                await jsapi.request(self._nc, f"STREAM.MSG.DELETE.{self._stream}", {"seq": seq, "no_erase": True},
+                                    prefix=self._api_prefix)
+                return True
+            except JetStreamApiError as exc:
+                if not jsapi.is_transient(exc):
+                    # Denied (deny_delete), or gone already: a delete whose reply was lost did happen.
+                    still = await jsapi.next_message(self._nc, self._stream, seq, prefix=self._api_prefix)
+                    return still is None or still.seq != seq
+                await asyncio.sleep(min(0.1 * (attempt + 1), 1.0))  # a leader being elected: ask again
+        raise JetStreamConnectorError(f"Could not delete message {seq} of stream '{self._stream}' to put it back in "
+                                      "its subject's order after a leader change: the stream answered no delete.")
+
+    def _renamed(self, sent: tuple) -> tuple:
+        """``sent`` under a new id (:func:`~.reorder.moved_id`): its stored copy was deleted, and the server
+        would take the old id for a duplicate."""
+        from ..protocol.frames import hpub_frame, parse_hpub_frame
+        from . import reorder
+
+        position, frame, subject, ttl, msg_id, _, payload_len = sent[:7]
+        _, block, payload = parse_hpub_frame(frame)
+        new_id = reorder.moved_id(msg_id, self._rounds)
+        block = block.replace(f"Nats-Msg-Id: {msg_id}\r\n".encode(), f"Nats-Msg-Id: {new_id}\r\n".encode(), 1)
+        new_frame = hpub_frame(subject, f"{self.reply_prefix}{position}", block, payload)
+        return (position, new_frame, subject, ttl, new_id, len(block), payload_len, *sent[7:])
+
     def _schedule_retry(self, token: str) -> bool:
         """Queue ``token`` for a resend unless its 503s have lasted ``ackTimeout``."""
         now = time.monotonic()
@@ -218,7 +393,9 @@ class Publisher:
         await self._send(b"".join(self._inflight[token][1] for token in tokens))
 
     def on_reconnected(self) -> None:
-        if self._idempotent and self._inflight:
+        if self._ordered and self._pending:
+            self._trouble()
+        elif self._idempotent and self._inflight:
             self._track(self._resend(list(self._inflight)))
 
     def on_closed(self, cause: str) -> None:
@@ -285,7 +462,10 @@ class Publisher:
                 if (self._idempotent and self._retry_503 and idle >= RESEND_AFTER_SILENCE
                         and now - self._last_resend >= RESEND_AFTER_SILENCE):
                     self._last_resend = now
-                    await self._resend([token for token in self._inflight if token not in self._retry_due])
+                    if self._ordered:
+                        self._trouble()
+                    else:
+                        await self._resend([token for token in self._inflight if token not in self._retry_due])
                 if idle >= self._ack_timeout and not event.is_set():
                     first = min(self._inflight, key=lambda t: int(t.lstrip(DEAD_LETTER_TAG)), default="?")
                     raise AckTimeoutError(
@@ -304,6 +484,10 @@ class Publisher:
         inflight = self._inflight
         i, total = 0, len(frames)
         while i < total:
+            if not self._may_send.is_set():  # an ordered recovery is under way: nothing new goes out
+                self._last_progress = time.monotonic()
+                await self._wait(self._may_send, "recovering the order after a leader change")
+                continue
             room = self._max_pending - len(inflight)
             if room <= 0:
                 self._room.clear()
@@ -314,6 +498,11 @@ class Publisher:
             i += len(chunk)
             for sent in chunk:
                 inflight[f"{tag}{sent[0]}"] = sent
+            if self._ordered and not dead_letter:  # dead letters go to another stream: their acks keep no order
+                pending = self._pending
+                for sent in chunk:
+                    self._send_no += 1
+                    pending[f"{tag}{sent[0]}"] = self._send_no
             self._done.clear()
             await self._send(b"".join(sent[1] for sent in chunk))
 

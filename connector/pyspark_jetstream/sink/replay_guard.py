@@ -49,6 +49,7 @@ from ..errors import JetStreamApiError
 from ..logs import get_logger
 from ..protocol import kv
 from ..protocol.ack_subject import fast_fields
+from .reorder import base_id
 
 log = get_logger("sink")
 
@@ -380,7 +381,7 @@ async def stored_ids(nc: Any, plan: GuardPlan, run: str, after: int, end: int,
                 read += 1
                 msg_id = (msg.headers or {}).get("Nats-Msg-Id")
                 if msg_id and msg_id.startswith(prefix):
-                    found.add(msg_id)
+                    found.add(base_id(msg_id))  # a message moved back into order carries a suffix (reorder)
                 if pending == 0 and await _nothing_left(nc, plan, seen, end):
                     return frozenset(found), read
     finally:

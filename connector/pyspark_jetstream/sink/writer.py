@@ -81,6 +81,8 @@ class SinkCommitMessage(WriterCommitMessage):
     older_than_stored: int = 0  # sequenceBy: rows not newer than their key's stored value
     out_of_order: int = 0  # rows as read that came right after a later source sequence of their subject (order_check)
     subjects: Any = None  # order=subject, rows held and sorted: a sample of their subjects (ordering.SubjectSample)
+    reordered: int = 0  # messages moved back into their subject's order after a leader change (reorder)
+    left_out_of_order: int = 0  # ... that the stream would not let the sink delete
     run: str | None = None  # the task's run id (``<queryId>:<batchId>`` for a micro-batch)
     query_id: str | None = None  # a streaming write's query (the task's local properties), for the driver's log
     query_name: str | None = None
@@ -238,10 +240,14 @@ class WriteTask:
 
             self.sequenced = SequencedWrite(self)
 
+        target = kv.stream_name(opts.bucket) if opts.bucket is not None else opts.stream
+        ordered = target if opts.order == "subject" else None  # repaired after a leader change (sink/reorder)
+
         async def open_publisher() -> Publisher:
             nc = await runtime.connection(opts.connection)
             return await Publisher(
-                nc, max_pending=opts.max_pending_acks, ack_timeout=opts.ack_timeout, idempotent=opts.idempotent
+                nc, max_pending=opts.max_pending_acks, ack_timeout=opts.ack_timeout, idempotent=opts.idempotent,
+                ordered_stream=ordered, api_prefix=opts.api_prefix, bucket=opts.bucket is not None,
             ).start()
 
         self.pub = runtime.run(open_publisher())
@@ -542,7 +548,8 @@ class WriteTask:
                                  older_in_write=self.sequenced.older_in_write if self.sequenced else 0,
                                  older_than_stored=self.sequenced.older_than_stored if self.sequenced else 0,
                                  out_of_order=self.order.behind if self.order is not None else 0,
-                                 subjects=self.sample,
+                                 subjects=self.sample, reordered=pub.reordered,
+                                 left_out_of_order=pub.left_out_of_order,
                                  run=self.msg_ids.run if self.msg_ids is not None else None,
                                  query_id=self.query_id, query_name=self.query_name)
 
@@ -573,7 +580,8 @@ def log_totals(messages: Iterable[Any], batch_id: int | None = None, target: str
     the query (its name, else its id, as the tasks saw them), so that the lines of two queries in one
     driver can be told apart."""
     totals = {"published": 0, "duplicates": 0, "dead_lettered": 0, "expired": 0, "markers_skipped": 0,
-              "already_stored": 0, "older_in_write": 0, "older_than_stored": 0, "out_of_order": 0}
+              "already_stored": 0, "older_in_write": 0, "older_than_stored": 0, "out_of_order": 0, "reordered": 0,
+              "left_out_of_order": 0}
     query = None
     samples = []
     for m in messages:
@@ -601,6 +609,11 @@ def log_totals(messages: Iterable[Any], batch_id: int | None = None, target: str
            f"skipped ({totals['older_than_stored']} not newer than the stored value, {totals['older_in_write']} "
            "superseded by a newer row in the write)" if totals["older_in_write"] or totals["older_than_stored"]
            else "")
+        + (f", {totals['reordered']} messages moved back into their subject's order after a stream leader change "
+           "(deleted and published again)" if totals["reordered"] else "")
+        + (f", {totals['left_out_of_order']} messages stored ahead of an earlier one of their subject during a leader "
+           "change that the stream would not let the sink delete (it denies deletes: allow them to keep the order)"
+           if totals["left_out_of_order"] else "")
         + (f", {totals['out_of_order']} rows came after a later source sequence of their subject in the same task: "
            "the source order was broken between the read and this write (a shuffle?), and the target stores "
            "them so (see docs/source.md, 'Splits: order per subject')" if totals["out_of_order"] else ""),

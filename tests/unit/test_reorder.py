@@ -1,0 +1,54 @@
+"""Putting a subject's messages back in order after a leader change (sink/reorder.py), as plain values."""
+
+from __future__ import annotations
+
+import random
+
+from pyspark_jetstream.protocol.frames import hpub_frame, parse_hpub_frame
+from pyspark_jetstream.sink.publisher import Publisher
+from pyspark_jetstream.sink.reorder import Stored, ahead, base_id, moved_id
+
+
+def _stored(rows):
+    return [Stored(str(p), p, s, q) for p, s, q in rows]
+
+
+def test_frames_stored_before_an_earlier_one_of_their_subject_are_ahead():
+    # position, subject, stream sequence: b's 3 and 4 were stored before its 2 (sent again later)
+    rows = [(0, "a", 1), (1, "b", 2), (2, "a", 3), (3, "b", 10), (4, "b", 4), (5, "b", 5), (6, "a", 6), (7, "b", 11)]
+    assert [f.position for f in ahead(_stored(rows))] == [4, 5, 7]  # 7 is after 10, but must follow 4 and 5
+    assert ahead(_stored([(0, "a", 5), (1, "a", 6), (2, "b", 1)])) == []  # other subjects do not count
+
+
+def test_moving_the_frames_ahead_puts_every_subject_in_order():
+    rng = random.Random(4)
+    for _ in range(300):
+        subjects = "abc"[: rng.randint(1, 3)]
+        rows = [(p, rng.choice(subjects), rng.sample(range(1, 10_000), 1)[0]) for p in range(rng.randint(1, 40))]
+        moved = {f.position for f in ahead(_stored(rows))}
+        top = max(q for _, _, q in rows)
+        # the moved ones get new sequences after everything, in the task's order
+        renumbered = {p: top + 1 + k for k, p in enumerate(sorted(moved))}
+        after = {p: renumbered.get(p, q) for p, _, q in rows}
+        for subject in subjects:
+            seqs = [after[p] for p, s, _ in sorted(rows) if s == subject]
+            assert seqs == sorted(seqs), (rows, moved)
+
+
+def test_a_moved_message_carries_its_rows_id_with_a_suffix_the_replay_records_read_back():
+    assert moved_id("q:7:S.5:abc", 1) == "q:7:S.5:abc:o1"
+    assert moved_id("q:7:S.5:abc:o1", 2) == "q:7:S.5:abc:o2"
+    assert base_id("q:7:S.5:abc:o12") == base_id("q:7:S.5:abc") == "q:7:S.5:abc"
+    assert base_id("w:0:15") == "w:0:15"
+
+
+def test_the_publisher_renames_a_frame_and_keeps_everything_else():
+    block = b"NATS/1.0\r\nNats-Msg-Id: run:S.5:abc\r\nNats-TTL: 1h\r\nNats-Expected-Stream: T\r\n\r\n"
+    frame = hpub_frame("T.s1", "_INBOX.x.5", block, b"payload")
+    publisher = Publisher.__new__(Publisher)
+    publisher._rounds, publisher.reply_prefix = 3, "_INBOX.x."
+    renamed = publisher._renamed((5, frame, "T.s1", "1h", "run:S.5:abc", len(block), 7))
+    subject, new_block, payload = parse_hpub_frame(renamed[1])
+    assert (subject, payload, renamed[4]) == ("T.s1", b"payload", "run:S.5:abc:o3")
+    assert new_block == block.replace(b"run:S.5:abc", b"run:S.5:abc:o3") and renamed[5] == len(new_block)
+    assert renamed[1].startswith(b"HPUB T.s1 _INBOX.x.5 ")
