@@ -27,9 +27,10 @@ sequence (``upto``).
   since (issue #33: 1,000,000 messages of another writer after a write used to cost its retry
   56 s).
 
-What it cannot see: rows stored and then removed from the target (limits, a purge) before the
-replay are published again; the record itself expires after ``sinkState.ttl``. The driver
-deletes a micro-batch's records once the next micro-batch has committed (it can no longer be
+Rows the run wrote over itself in a target that keeps only the last messages of each subject are
+skipped too (``superseded``). What it cannot see: rows stored and then removed from the target by
+something else (limits, a purge) before the replay are published again; the record itself expires
+after ``sinkState.ttl``. The driver deletes a micro-batch's records once the next micro-batch has committed (it can no longer be
 replayed). Rows with their own ``msg_id`` are found the same way only if it starts with the run;
 they rely on the duplicate window.
 """
@@ -50,6 +51,7 @@ from ..logs import get_logger
 from ..protocol import kv
 from ..protocol.ack_subject import fast_fields
 from .reorder import base_id
+from .superseded import Superseded
 
 log = get_logger("sink")
 
@@ -147,6 +149,7 @@ class Attempt:
     record: Record | None = None  # what this task puts while it publishes (heartbeats, then done)
     scanned: int = 0  # the target's messages read to find ``stored``
     window: tuple[int, int] | None = None  # the sequences read: (after, end]
+    superseded: Superseded | None = None  # rows stored and then replaced by later ones of their subject
 
 
 def _subject(plan: GuardPlan, run: str, partition: int) -> str:
@@ -202,10 +205,13 @@ async def _replay(nc: Any, plan: GuardPlan, run: str, subject: str, earlier: Rec
         elif r.prior_end is not None:  # a task of this replay that already read its window: that window
             records.append(Record(r.after, r.attempt, True, r.prior_end))
     first, end = await window(nc, plan, records) if records else (mine.after, mine.after)
-    stored, scanned = await stored_ids(nc, plan, run, first, end, deadline)
+    info = await jsapi.stream_info(nc, plan.target_stream, plan.api_prefix)
+    superseded = Superseded(run, int(((info or {}).get("config") or {}).get("max_msgs_per_subject") or 0))
+    stored, scanned = await stored_ids(nc, plan, run, first, end, deadline, superseded)
     record = Record(earlier.after, mine.attempt, prior_end=end)
     await put_record(nc, plan, subject, record)
-    return Attempt(replay=True, after=first, stored=stored, record=record, scanned=scanned, window=(first, end))
+    return Attempt(replay=True, after=first, stored=stored, record=record, scanned=scanned, window=(first, end),
+                   superseded=superseded)
 
 
 async def _target_last(nc: Any, plan: GuardPlan) -> int:
@@ -334,10 +340,11 @@ async def finished(nc: Any, plan: GuardPlan, run: str, partition: int, record: R
     await put_record(nc, plan, _subject(plan, run, partition), done)
 
 
-async def stored_ids(nc: Any, plan: GuardPlan, run: str, after: int, end: int,
-                     deadline: float) -> tuple[frozenset[str], int]:
+async def stored_ids(nc: Any, plan: GuardPlan, run: str, after: int, end: int, deadline: float,
+                     superseded: Superseded | None = None) -> tuple[frozenset[str], int]:
     """The ``Nats-Msg-Id``s starting with ``<run>:`` among the target's messages in ``(after, end]``,
-    and how many messages were read: an ephemeral headers-only consumer."""
+    and how many messages were read: an ephemeral headers-only consumer. Each is also given to
+    ``superseded`` with its subject (which earlier rows of the run it replaced)."""
     if end <= after:
         return frozenset(), 0
     prefix = f"{run}:"
@@ -381,7 +388,10 @@ async def stored_ids(nc: Any, plan: GuardPlan, run: str, after: int, end: int,
                 read += 1
                 msg_id = (msg.headers or {}).get("Nats-Msg-Id")
                 if msg_id and msg_id.startswith(prefix):
-                    found.add(base_id(msg_id))  # a message moved back into order carries a suffix (reorder)
+                    own = base_id(msg_id)  # a message moved back into order carries a suffix (reorder)
+                    found.add(own)
+                    if superseded is not None:
+                        superseded.add(msg.subject, own, (msg.headers or {}).get("Nats-Rollup") == "sub")
                 if pending == 0 and await _nothing_left(nc, plan, seen, end):
                     return frozenset(found), read
     finally:

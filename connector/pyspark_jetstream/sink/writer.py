@@ -256,7 +256,7 @@ class WriteTask:
         """The ids an earlier attempt of this run already stored in the target (``replay_guard``); the
         record of this attempt is then renewed while the task publishes (:meth:`_end_guard` ends it)."""
         guard = self.plan.guard
-        self._guard_beat = self._guard_record = None
+        self._guard_beat = self._guard_record = self.superseded = None
         if guard is None or self.msg_ids is None:
             return frozenset()
         from pyspark import TaskContext
@@ -281,6 +281,7 @@ class WriteTask:
                      guard.target_stream, attempt.scanned, first + 1, end)
         self.guard_scanned = attempt.scanned
         self._guard_record = attempt.record
+        self.superseded = attempt.superseded if attempt.superseded else None
 
         async def beat() -> None:
             nc = await runtime.connection(self.opts.connection)
@@ -384,6 +385,8 @@ class WriteTask:
         frames = encoded.frames
         if self.already and frames:
             kept = [f for f in frames if f[4] not in self.already]  # OutFrame.msg_id
+            if self.superseded is not None:  # stored, then replaced by later rows of their subject
+                kept = [f for f in kept if not self.superseded.covers(f[2], f[4])]  # OutFrame.subject
             self.already_stored += len(frames) - len(kept)
             frames = kept
         if frames:
