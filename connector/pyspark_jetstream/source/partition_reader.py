@@ -18,7 +18,10 @@ may sit on a follower that is still catching up, whose pending count says
 nothing of what the leader already holds: there, "nothing pending" before the
 range's end is believed only once the stream's leader confirms that no
 sequence of the rest of the range is left (``STREAM.MSG.GET`` is answered by
-the leader); otherwise the partition keeps pulling while the replica catches up. Consumer-sequence gaps (messages lost
+the leader); otherwise the partition keeps pulling while the replica catches up. A snapshot with an end (a
+streaming ``lastPerSubject``'s first micro-batch) is held to its end the same way: its consumer's set is its
+replica's, and a replica that held less than the range goes on with the changes after that set up to the end
+(``_to_changes``; issue #33, item 5). Consumer-sequence gaps (messages lost
 in flight), a deleted or vanished consumer and reconnects recreate the
 consumer from the last delivered sequence + 1, as nats.go's ordered consumer
 does; ``consume.maxWait`` without progress ends the partition with an error.
@@ -65,8 +68,8 @@ from .subject_split import ALL, SubjectKeep, consumers_for, sequence_consumer
 
 log = get_logger("source")
 
-_GAP, _PAST_END, _TAKE, _TAKE_LAST, _TAKEN_BEFORE = (
-    Step.GAP, Step.PAST_END, Step.TAKE, Step.TAKE_LAST, Step.TAKEN_BEFORE)
+_GAP, _PAST_END, _TAKE, _TAKE_LAST, _TAKE_DRAINED, _TAKEN_BEFORE = (
+    Step.GAP, Step.PAST_END, Step.TAKE, Step.TAKE_LAST, Step.TAKE_DRAINED, Step.TAKEN_BEFORE)
 _monotonic = time.monotonic
 
 MAX_BATCHES_AHEAD = 2
@@ -125,6 +128,12 @@ class PartitionReader:
         self.keep = keep
         self.from_earliest = from_earliest  # the start is whatever the stream holds: nothing below it is lost
         self.last_per_subject = last_per_subject
+        # A snapshot with an end (a streaming query's first micro-batch): the consumer's set, then, should its
+        # replica have held less than the range when it was created, every change after the set up to the end
+        # (see ``_to_changes``). ``set_left``: deliveries of the set still to come (the consumer's num_pending
+        # when created counts them); None once the read is a read of changes, or for other reads.
+        self.set_left: int | None = None
+        self.max_age = max_age
         self.builder = BatchBuilder(stream, include_markers=opts.include_markers, kv_bucket=opts.bucket,
                                     max_age=max_age, drop_removed_keys=last_per_subject and opts.bucket is not None)
         self.engine = PullEngine(opts.consume, range_left=last - first + 1, now=time.monotonic())
@@ -225,6 +234,8 @@ class PartitionReader:
         self.pull_subject = f"{self.opts.api_prefix}.CONSUMER.MSG.NEXT.{self.stream}.{name}"
         if not self.last_per_subject and not self.from_earliest and self._lost_below_first_seq(start_seq, reply):
             return
+        if self.last_per_subject and not self.open_snapshot:
+            self.set_left = int(reply.get("num_pending", 0))
         if reply.get("num_pending", 0) == 0:
             self._nothing_pending()  # the range's tail was deleted or filtered, or a replica lags
         else:
@@ -344,6 +355,7 @@ class PartitionReader:
         engine, tracker, builder, batch_size = self.engine, self.range, self.builder, self._batch_size
         bytes_mode = engine.config.bytes_mode
         snapshot = self.open_snapshot
+        ranged = self.set_left is not None  # the whole run goes message by message: the builder may change
         keeps = self.keep.keeps if self.keep is not None else None
         count = size = advance = 0
         try:
@@ -364,6 +376,11 @@ class PartitionReader:
                     engine.on_messages(count, size, advance, now)
                     count = size = advance = 0
                     self._on_snapshot_message(subject, reply, data, headers, sseq, ts, pending, moved, now)
+                    continue
+                if ranged and step is not _GAP:
+                    engine.on_messages(count, size, advance, now)
+                    count = size = advance = 0
+                    self._on_set_message(step, moved, subject, reply, data, headers, sseq, dseq, ts, pending, now)
                     continue
                 if step is _TAKE:
                     count += 1
@@ -411,8 +428,39 @@ class PartitionReader:
                 self._emit()
         if step is _TAKE_LAST:
             self._finish()
-        else:  # TAKE_DRAINED
+        elif step is _TAKE_DRAINED:
             self._nothing_pending()
+
+    def _on_set_message(self, step: Any, advance: int, subject: bytes, reply: bytes, data: bytes,
+                        headers: bytes | None, sseq: int, dseq: int, ts: int, pending: int, now: float) -> None:
+        """A delivery of a snapshot with an end (see ``set_left``). The consumer delivers its set, the last
+        message of each subject as its replica held them when it was created, in sequence order, then every
+        message after that: past the end on a replica that held the range, so such a message ends the read.
+        One inside the range means that the replica held less than the range (it was catching up): the read
+        goes on as a read of changes up to the end."""
+        if self.set_left:
+            self.set_left -= 1
+        elif self.set_left is not None and step is not _PAST_END and step is not _TAKEN_BEFORE:
+            self._to_changes(f"its consumer delivered sequence {sseq} of the range after its set", sseq - advance)
+        self._on_step(step, advance, subject, reply, data, headers, sseq, dseq, ts, pending, now)
+
+    def _to_changes(self, why: str, after: int) -> None:
+        """Read the rest of a snapshot's range as changes: the set delivered so far is the one of a replica that
+        held the stream up to some sequence before the end; every message after it up to the end follows it,
+        deletes and purges of a bucket's keys included (as a KV watch started there would deliver them), so a
+        job that applies the rows in order ends with the stream's state at the end. A consumer recreated
+        from here on (a gap, a reconnect) is an ordinary one from the next sequence."""
+        if self.set_left is None:
+            return
+        log.warning("stream %s: the snapshot's consumer sits on a replica that held less of the stream than the "
+                    "snapshot's range (..%d): its replica lags (%s). Its set ends at sequence %d; every change after it "
+                    "up to the end is read too.", self.stream, self.last, why, after)
+        self.set_left = None
+        self.last_per_subject = False
+        if len(self.builder):
+            self._emit()  # built with the snapshot's rule: deleted keys left out
+        self.builder = BatchBuilder(self.stream, include_markers=self.opts.include_markers, kv_bucket=self.opts.bucket,
+                                    max_age=self.max_age)
 
     def _on_snapshot_message(self, subject: bytes, reply: bytes, data: bytes, headers: bytes | None, sseq: int,
                              ts: int, pending: int, advance: int, now: float) -> None:
@@ -471,8 +519,9 @@ class PartitionReader:
                 self.confirming = True
                 self._track(self._confirm_snapshot())
             return
-        # A snapshot's set is the consumer's replica's, as a KV watch's is: there is no range to confirm.
-        if self.range.complete or self.last_per_subject or not is_clustered(self.nc):
+        # An open snapshot's set is the consumer's replica's, as a KV watch's is: there is no range to confirm.
+        # One with an end is confirmed as a range is: its consumer's replica may hold less than the range.
+        if self.range.complete or self.open_snapshot or not is_clustered(self.nc):
             self._finish()
             return
         if not self.confirming:
@@ -491,6 +540,11 @@ class PartitionReader:
             return  # the partition moved on meanwhile
         if message is None or message.seq > self.last:
             self._finish()
+            return
+        if self.set_left is not None:
+            self._to_changes(f"it reported nothing pending after sequence {after}, and the stream's leader holds "
+                             f"sequence {message.seq}", after)
+            self._maybe_pull()
             return
         log.warning("stream %s: the consumer's replica reports nothing pending after sequence %d, but the stream's "
                     "leader holds sequence %d of the range (..%d); waiting for the replica to catch up",
