@@ -49,3 +49,27 @@ def test_the_highest_sequence_of_each_subject_is_carried_over_many_batches():
     assert check.behind == 0
     check.add(_batch([("a", "S", 40), ("b", "S", 12)]))
     assert check.behind == 1
+
+
+def test_a_task_writing_a_million_subjects_keeps_a_bounded_table_and_still_counts_recent_steps_back():
+    """Issue #33, item 7: the table of highest sequences stays within MAX_SUBJECTS pairs (measured: its
+    Arrow buffers at 100,000 subjects), a million subjects in order count nothing, and a recent subject
+    going back still counts; a forgotten one is not counted (a lower bound, never a false alarm)."""
+    from pyspark_jetstream.sink.order_check import MAX_SUBJECTS
+
+    check = OrderCheck("subject", "stream", "seq")
+    total, step = 1_000_000, 100_000
+    for start in range(0, total, step):
+        ids = range(start, start + step)
+        check.add(pa.record_batch({"subject": pa.array([f"copy.orders.c{i}" for i in ids]),
+                                   "stream": pa.array(["ORDERS"] * step), "seq": pa.array([i + 1 for i in ids])}))
+        assert check.seen.num_rows <= MAX_SUBJECTS
+    assert check.behind == 0
+    assert check.forgotten == total - MAX_SUBJECTS
+    size = check.seen.nbytes
+    print(f"order check table at {MAX_SUBJECTS} of {total} subjects: {size / 1e6:.1f} MB")
+    assert size < 8_000_000
+    check.add(_batch([(f"copy.orders.c{total - 1}", "ORDERS", 5)]))  # recent: remembered
+    assert check.behind == 1
+    check.add(_batch([("copy.orders.c0", "ORDERS", 0)]))  # forgotten long ago: not counted
+    assert check.behind == 1

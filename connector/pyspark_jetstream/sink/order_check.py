@@ -12,11 +12,20 @@ Column-wise per batch, in Arrow's C++ kernels only: a batch whose sequences neve
 sort (rows as read come so); otherwise one stable sort by stream and subject and neighbours compared.
 Across batches, each (stream, subject)'s lowest sequence in the batch is joined with the highest
 one seen before in the task.
+
+**Memory.** The table of highest sequences holds at most ``max_subjects`` (stream, subject) pairs
+(:data:`MAX_SUBJECTS`): past that, those whose highest sequence is lowest are forgotten (rows as read
+come in sequence order, so they are the subjects the task met longest ago). A forgotten subject seen
+again below its old highest sequence is not counted: the count is a lower bound, never a false alarm,
+and the check costs the same per batch whatever the number of subjects a task writes.
 """
 
 from __future__ import annotations
 
 from typing import Any
+
+MAX_SUBJECTS = 100_000
+"""(Source stream, subject) pairs whose highest sequence a task remembers (about 30 bytes each plus the names)."""
 
 
 class OrderCheck:
@@ -26,10 +35,12 @@ class OrderCheck:
 
     KEYS = ("stream", "subject")
 
-    def __init__(self, subject: str | None, stream: str, seq: str) -> None:
+    def __init__(self, subject: str | None, stream: str, seq: str, max_subjects: int = MAX_SUBJECTS) -> None:
         self.columns = (subject, stream, seq)  # subject None: every row goes to the one default subject
         self.seen: Any = None  # (stream, subject, top): the highest sequence of each, over earlier batches
         self.behind = 0
+        self.max_subjects = max_subjects
+        self.forgotten = 0  # (stream, subject) pairs dropped from ``seen`` to keep it within max_subjects
 
     def add(self, batch: Any) -> None:
         import pyarrow as pa
@@ -63,3 +74,7 @@ class OrderCheck:
                 .select([*self.KEYS, "top_max"]).rename_columns([*self.KEYS, "top"])
         else:
             self.seen = groups.select([*self.KEYS, "seq_max"]).rename_columns([*self.KEYS, "top"])
+        if self.seen.num_rows > self.max_subjects:
+            keep = pc.select_k_unstable(self.seen, self.max_subjects, sort_keys=[("top", "descending")])
+            self.forgotten += self.seen.num_rows - self.max_subjects
+            self.seen = self.seen.take(keep)
