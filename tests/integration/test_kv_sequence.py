@@ -282,3 +282,39 @@ def test_a_users_row_cannot_set_the_sequence_header(spark, nats_server, nats_cli
     assert dead.data == b"pin" and dead.headers["Spark-JetStream-Original-Subject"] == [f"$KV.{bucket}.a"]
     assert "sequenceBy" in dead.headers["Spark-JetStream-Error"][0]
     assert (latest(nats_client, kv, "a"), latest(nats_client, kv, "b")) == ("missing", b"ok")
+
+
+def test_a_tie_goes_to_the_later_row_within_a_flush_and_to_the_stored_value_across_flushes(
+        nats_server, nats_client, stream_name, monkeypatch):
+    """docs/kv.md, 'Limits': a task that holds more than its flush's keys publishes what it has and starts
+    over; a row tied with one it published before then loses to it, as to any stored value, while within one
+    flush the later row wins. The flush is lowered to one key through Reduction's own parameter."""
+    import functools
+
+    import pyarrow as pa
+    from pyspark.sql.types import LongType, StringType, StructField, StructType
+
+    from pyspark_jetstream.sink import sequenced_write
+    from pyspark_jetstream.sink.sequencer import Reduction
+    from pyspark_jetstream.sink.setup import plan_sink
+    from pyspark_jetstream.sink.writer import write_partition
+
+    bucket = stream_name
+    kv = nats_client.run(nats_client.js.create_key_value(bucket=bucket, history=10))
+    schema = StructType([StructField("key", StringType()), StructField("data", StringType()),
+                         StructField("n", LongType())])
+    plan = plan_sink({"servers": nats_server.url, "bucket": bucket, "sequenceBy": "n"}, schema, overwrite=False,
+                     streaming=False)
+    monkeypatch.setattr(sequenced_write, "Reduction", functools.partial(Reduction, max_keys=1))
+
+    def batch(rows):
+        keys, datas, ns = zip(*rows, strict=True)
+        return pa.record_batch({"key": list(keys), "data": list(datas), "n": pa.array(ns, pa.int64())})
+
+    message = write_partition(plan, iter([
+        batch([("k", "first", 5), ("a", "a1", 1)]),  # two keys: flushed after this batch
+        batch([("k", "second", 5), ("b", "b1", 7), ("b", "b2", 7)]),  # flushed after this one too
+    ]))
+    assert latest(nats_client, kv, "k") == b"first"  # a tie across flushes: the earlier row, already stored
+    assert latest(nats_client, kv, "b") == b"b2"  # a tie within one flush: the later row
+    assert (message.published, message.older_than_stored, message.older_in_write) == (3, 1, 1)
