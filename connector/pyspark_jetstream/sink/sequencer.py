@@ -7,7 +7,9 @@ row with the greatest value:
 
 * **within a task**, :class:`Reduction` keeps the newest row per key of the task's
   Arrow batches, column-wise (sort by key, sequence value, position; the last row of
-  each key's run wins, so equal values are broken by the later position);
+  each key's run wins, so equal values are broken by the later position); a task that holds
+  more than :data:`MAX_KEYS` keys or :data:`MAX_ROWS` rows publishes them and starts over, and a
+  later row tied with one published before then loses to it, as to any stored value;
 * **across tasks, micro-batches, jobs and writers**, the stored value carries its
   sequence value in the header :data:`~pyspark_jetstream.protocol.headers.SEQUENCE`
   (:func:`encode_value`), each kept row is compared with it (:func:`is_newer`) and
