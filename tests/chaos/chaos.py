@@ -4,7 +4,8 @@
     python tests/chaos/chaos.py --minutes 3 --seed 42    # the same seed replays the same schedule
 
 Two copies run at once in one Spark driver, each with 4 partitions on both sides
-(``numPartitions=4``, ``split=subject``; the write tasks are the read tasks):
+(``numPartitions=4``, the default sequence split, then ``.repartition(4, "subject")`` / ``"key"``
+before the write, as docs/sink.md tells a copy to: each subject's rows reach one write task):
 
 * stream -> stream: ``CH_SRC`` (50 subjects ``dev.<n>``, each message ``"<n> <counter>"`` with
   ``Nats-Msg-Id: dev.<n>.<counter>``, published by nats-py, one subject's next message only
@@ -26,7 +27,9 @@ of ``--minutes``:
   ``server_stop`` (SIGSTOP for a few seconds, SIGCONT);
 * ``cluster``: a 3-node cluster, every stream R3 (the sink's state bucket too). Faults:
   ``node_kill`` (one node SIGKILLed, restarted on its store after a few seconds), ``node_stop``
-  (SIGSTOP/SIGCONT of one node), ``leader_stepdown`` (``$JS.API.STREAM.LEADER.STEPDOWN``);
+  (SIGSTOP/SIGCONT of one node), ``leader_stepdown`` (``$JS.API.STREAM.LEADER.STEPDOWN``),
+  ``leader_kill`` (SIGKILL of the node leading a target, ``CH_DST`` or the target bucket, while
+  the sink publishes into it; restarted after a few seconds);
 
 and in both: ``worker_kill`` (SIGKILL of one of Spark's Python workers, a descendant of the
 driver's JVM), ``driver_kill_short`` / ``driver_kill_long`` (SIGKILL of the driver's whole
@@ -81,7 +84,7 @@ SOURCE_WINDOW_S = 600  # the publishers' resends must be deduplicated in the sou
 STANDBY_NICE = 10
 START_TIMEOUT = 600.0  # a Spark driver's start on 2 cores shared with other work has taken 100 s
 SINGLE_KINDS = ("server_kill", "server_stop")
-CLUSTER_KINDS = ("node_kill", "node_stop", "leader_stepdown")
+CLUSTER_KINDS = ("node_kill", "node_stop", "leader_stepdown", "leader_kill")
 SPARK_KINDS = ("worker_kill", "driver_kill_short", "driver_kill_long", "task_failure")
 ALL_KINDS = SINGLE_KINDS + CLUSTER_KINDS + SPARK_KINDS
 
@@ -119,6 +122,9 @@ def draw_schedule(seed: int, phases: list[str], phase_seconds: float, gap: float
                 params["down"] = round(rng.uniform(1.0, 8.0), 1)
             if kind == "leader_stepdown":
                 params["stream"] = rng.choice([SRC, DST, f"KV_{KV_SRC}", f"KV_{KV_DST}", f"KV_{STATE_BUCKET}"])
+            if kind == "leader_kill":  # the node leading a target while the sink publishes into it
+                params["stream"] = rng.choice([DST, f"KV_{KV_DST}"])
+                params["down"] = round(rng.uniform(1.0, 8.0), 1)
             if kind == "worker_kill":
                 params["pick"] = rng.randrange(1000)
             if kind == "driver_kill_short":
@@ -251,6 +257,7 @@ class Publishers:
         self._thread = threading.Thread(target=lambda: asyncio.run(self._run()), daemon=True)
 
     def start(self) -> Publishers:
+        self.began = time.monotonic()
         self._thread.start()
         return self
 
@@ -392,9 +399,10 @@ def driver_main(args) -> int:
 
     def stream_copy():
         src = (spark.readStream.format("jetstream").option("servers", url).option("stream", SRC)
-               .option("startingOffsets", "earliest").option("numPartitions", "4").option("split", "subject")
-               .option("maxMessagesPerTrigger", "20000").load())
+               .option("startingOffsets", "earliest").option("numPartitions", "4")
+               .option("maxMessagesPerTrigger", str(args.max_per_trigger)).load())
         return (src.select(F.concat(F.lit("copy."), "subject").alias("subject"), "data", "stream", "seq")
+                .repartition(4, "subject")  # each subject to one write task, which publishes it in seq order
                 .writeStream.format("jetstream_chaos").option("chaos.marker", str(work / "fail-stream"))
                 .option("servers", url).option("stream", DST).option("ackTimeout", "60s")
                 .option("checkpointLocation", str(work / "checkpoints" / "stream")).queryName("stream_copy")
@@ -402,9 +410,9 @@ def driver_main(args) -> int:
 
     def bucket_copy():
         src = (spark.readStream.format("jetstream").option("servers", url).option("bucket", KV_SRC)
-               .option("startingOffsets", "earliest").option("numPartitions", "4").option("split", "subject")
-               .option("maxMessagesPerTrigger", "20000").load())
-        return (src.writeStream.format("jetstream_chaos").option("chaos.marker", str(work / "fail-bucket"))
+               .option("startingOffsets", "earliest").option("numPartitions", "4")
+               .option("maxMessagesPerTrigger", str(args.max_per_trigger)).load())
+        return (src.repartition(4, "key").writeStream.format("jetstream_chaos").option("chaos.marker", str(work / "fail-bucket"))
                 .option("servers", url).option("bucket", KV_DST).option("ackTimeout", "60s")
                 .option("checkpointLocation", str(work / "checkpoints" / "bucket")).queryName("bucket_copy")
                 .trigger(processingTime="1 second").start())
@@ -470,7 +478,8 @@ class Driver:
 class Drivers:
     """The active driver, and (when the schedule kills drivers) a standby already started."""
 
-    def __init__(self, workdir: Path, url: str, standby: bool) -> None:
+    def __init__(self, workdir: Path, url: str, standby: bool, max_per_trigger: int = 20000) -> None:
+        self.max_per_trigger = max_per_trigger
         self.workdir, self.url, self.want_standby = workdir, url, standby
         self.count = 0
         self.active: Driver | None = None
@@ -488,7 +497,8 @@ class Drivers:
             # Niced while it waits as a standby (its JVM's start must not starve the active driver's
             # Python processes); back to normal when it takes over (_take_over).
             proc = subprocess.Popen([sys.executable, __file__, "--driver", "--url", self.url, "--workdir",
-                                     str(self.workdir), "--ctl", str(ctl)], stdin=subprocess.DEVNULL, stdout=out,
+                                     str(self.workdir), "--ctl", str(ctl), "--max-per-trigger", str(self.max_per_trigger)],
+                                    stdin=subprocess.DEVNULL, stdout=out,
                                     stderr=subprocess.STDOUT, start_new_session=True, env=env, cwd=str(ROOT),
                                     preexec_fn=lambda: os.nice(STANDBY_NICE))
         driver = Driver(proc, ctl, log)
@@ -640,6 +650,19 @@ class Phase:
             node.start()
             self.cluster.wait_for_jetstream()
             return f"node n{p['node'] + 1} SIGKILLed, down {p['down']}s"
+        if kind == "leader_kill":
+            async def leader(nc):
+                return (await api(nc, f"STREAM.INFO.{p['stream']}")).get("cluster", {}).get("leader")
+            name = nats_call(self.url, leader, timeout=30)
+            if not name or not str(name).startswith("chaos-n"):
+                return f"FAILED: no leader of {p['stream']} seen ({name})"
+            index = int(str(name).removeprefix("chaos-n")) - 1
+            node = self.nodes[index]
+            node.stop(kill=True)
+            time.sleep(p["down"])  # the fault's duration
+            node.start()
+            self.cluster.wait_for_jetstream()
+            return f"{p['stream']}'s leader {name} SIGKILLed, down {p['down']}s"
         if kind == "leader_stepdown":
             async def work(nc):
                 before = (await api(nc, f"STREAM.INFO.{p['stream']}")).get("cluster", {}).get("leader")
@@ -705,7 +728,7 @@ class Phase:
         create_streams(self.url, 3 if self.cluster is not None else 1, args.dup_window, args.dst_history)
         self.publishers = Publishers(self.url, args.stream_rate, args.kv_rate).start()
         standby = any(f.kind.startswith("driver_kill") for f in faults)
-        self.drivers = Drivers(self.workdir, self.url, standby)
+        self.drivers = Drivers(self.workdir, self.url, standby, args.max_per_trigger)
         self.drivers.start()
         self.started = time.monotonic()
         self.log(f"copies running (nats {self.url}); {len(faults)} faults scheduled over {seconds:.0f}s")
@@ -741,6 +764,7 @@ class Phase:
     def catch_up(self) -> dict:
         """Publishers stopped, then wait for both targets to hold at least what the sources hold, stable."""
         self.publishers.stop()
+        self.published_for = time.monotonic() - self.publishers.began
         self.log(f"publishers stopped: {sum(self.publishers.acked_stream)} stream messages and "
                  f"{sum(self.publishers.acked_kv)} bucket updates acknowledged")
 
@@ -923,6 +947,7 @@ def main() -> int:
     parser.add_argument("--stream-rate", type=float, default=100.0, help="stream messages per second")
     parser.add_argument("--dst-history", type=int, default=KV_HISTORY,
                         help="the target bucket's history (more than the source's keeps every copy for the check)")
+    parser.add_argument("--max-per-trigger", type=int, default=20000, help="the reads' maxMessagesPerTrigger")
     parser.add_argument("--kv-rate", type=float, default=10.0, help="bucket updates per second")
     parser.add_argument("--catch-up", type=float, default=600.0, help="deadline for the copies to catch up (s)")
     parser.add_argument("--out", default=str(Path(__file__).parent / "results" / "chaos.md"))
@@ -1004,6 +1029,10 @@ def render(seed: int, args, duration: float, results) -> tuple[str, bool]:
             lines.append(f"| {name} | {copy} | {r['in']} | {r['out']} | {r['duplicates']} | {r['order']} | "
                          f"{'-' if r['stale'] is None else r['stale']} | {r['lost']} | {r['source_lost']} | "
                          f"{'yes' if caught['caught_up'] else 'NO'} |")
+    lines += ["", "Rates while the publishers ran: " + "; ".join(
+        f"{name} stream {checked['stream']['in'] / phase.published_for:,.0f} messages/s acknowledged into the "
+        f"source, bucket {checked['bucket']['in'] / phase.published_for:,.0f} updates/s "
+        f"({phase.published_for:.0f} s)" for name, checked, _caught, phase, _ev in results) + "."]
     kinds = sorted({f.kind for *_, phase, _ in results for _, f, _ in phase.done})
     lines += ["", "Faults injected, by kind:", "", "| phase | " + " | ".join(kinds) + " | total |",
               "|---|" + "---:|" * (len(kinds) + 1)]
