@@ -9,13 +9,14 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pyarrow.parquet as pq
 
-from ..helpers import run_script
+from ..helpers import run_script, wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 PROJECT = ROOT / "examples" / "pipeline"
@@ -45,20 +46,38 @@ def _project(tmp_path: Path, source: str, alerts: str) -> Path:
     return project
 
 
+CONNECT_PORT = 15002
+"""The port of the Spark Connect server that ``spark-pipelines`` starts in local mode (fixed: the client
+connects to ``sc://localhost`` and its default port). A second one on the machine cannot bind it."""
+
+
+def _port_taken(port: int) -> bool:
+    with socket.socket() as s:
+        s.settimeout(1)
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
 def _run_pipeline(project: Path, servers: str, timeout: float = 480) -> str:
     """``spark-pipelines run`` of this venv in ``project``; its output (stdout and stderr). The run
-    starts JVMs and Python processes of its own: on a timeout, its whole process group is killed."""
+    starts JVMs and Python processes of its own: on a timeout, its whole process group is killed.
+    A run that finds the Connect port taken (another run on this machine) fails before anything
+    runs: then it waits for the port and starts again."""
     env = {**os.environ, "NATS_URL": servers, "SPARK_CONF_DIR": "conf",
            "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
     command = [str(Path(sys.executable).parent / "spark-pipelines"), "run"]
-    run = subprocess.Popen(command, cwd=project, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                           text=True, start_new_session=True)
-    try:
-        out, _ = run.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(run.pid, signal.SIGKILL)
-        out, _ = run.communicate()
-        raise AssertionError(f"spark-pipelines run did not end within {timeout}s\n{out[-6000:]}") from None
+    for _ in range(3):
+        wait_until(lambda: not _port_taken(CONNECT_PORT), timeout=300, interval=1,
+                   what=f"port {CONNECT_PORT} free for the pipeline's Connect server")
+        run = subprocess.Popen(command, cwd=project, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                               text=True, start_new_session=True)
+        try:
+            out, _ = run.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(run.pid, signal.SIGKILL)
+            out, _ = run.communicate()
+            raise AssertionError(f"spark-pipelines run did not end within {timeout}s\n{out[-6000:]}") from None
+        if run.returncode == 0 or f"Failed to bind to address 0.0.0.0/0.0.0.0:{CONNECT_PORT}" not in out:
+            break
     assert run.returncode == 0, f"spark-pipelines run: exit {run.returncode}\n{out[-8000:]}"
     assert "Run is COMPLETED." in out, out[-8000:]
     return out
