@@ -94,7 +94,9 @@ def _expected_alerts(readings: list[tuple[int, dict]], alerts: str) -> dict[int,
             for seq, r in readings if r["temp"] >= THRESHOLD}
 
 
-def _check_alerts(nats_client, alerts: str, expected: dict[int, tuple[str, dict]]) -> None:
+def _check_alerts(nats_client, alerts: str, expected: dict[int, tuple[str, dict]], source: str,
+                  batches: dict[int, int]) -> None:
+    """The alert stream holds exactly ``expected``; ``batches``: reading number -> the sink's batch id."""
     stored = nats_client.messages(alerts)
     got: dict[int, tuple[str, dict]] = {}
     for m in stored:
@@ -112,9 +114,14 @@ def _check_alerts(nats_client, alerts: str, expected: dict[int, tuple[str, dict]
     for subject in {s for s, _ in expected.values()}:
         order = [json.loads(m.data)["source_seq"] for m in stored if m.subject == subject]
         assert order == sorted(order), (subject, order)
-    # Every alert carries the sink's deterministic id, all distinct.
-    ids = [m.headers["Nats-Msg-Id"][0] for m in stored]
-    assert len(set(ids)) == len(ids)
+    # Every alert carries the sink's id <queryId>:<batchId>:<stream>.<seq>:<digest>, all distinct, all of
+    # one query: the flow's query id is kept in its checkpoint, so it survives the runs.
+    ids = {json.loads(m.data)["reading"]: m.headers["Nats-Msg-Id"][0] for m in stored}
+    assert len(set(ids.values())) == len(ids)
+    assert len({i.split(":")[0] for i in ids.values()}) == 1, sorted(ids.values())[:3]
+    for number, (_, data) in expected.items():
+        assert ids[number].split(":")[1] == str(batches[number]), (number, ids[number])
+        assert ids[number].split(":")[2] == f"{source}.{data['source_seq']}", (number, ids[number])
 
 
 def _check_tables(state: Path, readings: list[tuple[int, dict]]) -> None:
@@ -143,7 +150,8 @@ def test_pipeline_runs_twice_and_publishes_each_alert_once(nats_server, nats_cli
     out = _run_pipeline(project, nats_server.url)
     expected = _expected_alerts(first, alerts)
     assert len(expected) == 50  # a quarter of the readings reach 90
-    _check_alerts(nats_client, alerts, expected)
+    batches = dict.fromkeys(expected, 0)
+    _check_alerts(nats_client, alerts, expected, source, batches)
     _check_tables(tmp_path / "state", first)
     assert "batch 0 committed: 50 published, 0 duplicates dropped by the server" in out, out[-4000:]
 
@@ -154,7 +162,8 @@ def test_pipeline_runs_twice_and_publishes_each_alert_once(nats_server, nats_cli
     out = _run_pipeline(project, nats_server.url)
     expected = _expected_alerts(both, alerts)
     assert len(expected) == 75
-    _check_alerts(nats_client, alerts, expected)
+    batches = {number: batches.get(number, 1) for number in expected}  # the new ones: batch 1
+    _check_alerts(nats_client, alerts, expected, source, batches)
     _check_tables(tmp_path / "state", both)
     assert "batch 1 committed: 25 published, 0 duplicates dropped by the server" in out, out[-4000:]
     assert "batch 0 committed" not in out  # the sink's flow went on from its checkpoint
