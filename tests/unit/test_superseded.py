@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from pyspark_jetstream.sink.superseded import Superseded, order_key
 
 RUN = "q-1:7"
@@ -26,8 +28,9 @@ def test_a_row_is_covered_once_the_target_keeps_fewer_than_the_later_rows_of_its
     assert not found.covers("t.k", None)
 
 
-def test_without_a_per_subject_limit_only_a_rollup_covers_earlier_rows():
-    found = Superseded(RUN, limit=None)
+@pytest.mark.parametrize("limit", [None, 0, -1])  # -1: the server's "unlimited" in a stream config
+def test_without_a_per_subject_limit_only_a_rollup_covers_earlier_rows(limit):
+    found = Superseded(RUN, limit=limit)
     found.add("t.k", f"{RUN}:SRC.10:aa")
     assert not found.covers("t.k", f"{RUN}:SRC.3:bb")
     found.add("t.k", f"{RUN}:SRC.8:cc", rollup=True)

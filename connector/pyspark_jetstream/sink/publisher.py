@@ -39,6 +39,7 @@ of them sent again in the task's order.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import re
 import time
@@ -97,6 +98,9 @@ class Publisher:
         self._send_no = 0
         self._pending: dict[str, int] = {}  # ordered: token -> send number, oldest first (resends move to the end)
         self._stored_recent: dict[str, tuple] = {}  # ordered: token -> (send no, position, subject, seq, sent)
+        self._max_seq = 0  # ordered: the highest stream sequence a PubAck gave
+        self._floors: collections.deque[tuple[int, int]] = collections.deque()  # (first send no, _max_seq then)
+        self.found_after_loss = 0  # frames whose PubAck was lost that the stream held (not sent again)
         self._may_send = asyncio.Event()
         self._may_send.set()
         self._recovery: asyncio.Task | None = None
@@ -234,8 +238,11 @@ class Publisher:
         if sent is not None and send_no is not None and data and not token.startswith(DEAD_LETTER_TAG):
             found = _ACK_SEQ.search(data)
             if found is not None and b'"error"' not in data:  # stored, or a duplicate: its seq is the original's
+                seq = int(found.group(1))
+                if seq > self._max_seq:
+                    self._max_seq = seq
                 self._stored_recent.pop(token, None)
-                self._stored_recent[token] = (send_no, sent[0], sent[2], int(found.group(1)), sent)
+                self._stored_recent[token] = (send_no, sent[0], sent[2], seq, sent)
             if self._pending and next(iter(self._pending.values())) < send_no:
                 self._trouble()  # an older frame was dropped: this one overtook it
             if may_be_plain(data):  # the common case, settled here as the unordered fast path does
@@ -290,6 +297,8 @@ class Publisher:
             await self._quiet()
             unanswered = sorted((t for t in self._pending if t in self._inflight), key=lambda t: self._inflight[t][0])
             if unanswered:
+                unanswered = await self._find_stored(unanswered)
+            if unanswered:
                 self._rounds += 1
                 await self._send_again(unanswered)
                 continue  # their answers, then the order check
@@ -312,6 +321,43 @@ class Publisher:
             if not again:
                 return
             await self._send_again(again)
+
+    async def _find_stored(self, tokens: list[str]) -> list[str]:
+        """Which of the unanswered frames ``tokens`` the stream holds after all (stored, and the PubAck lost
+        with the leader): settled as if their PubAck had come, with the sequence the stream gave them.
+        Sending them again is not enough: a leader election can outlast the stream's duplicate window (a
+        short one, or a slow election), and then the server stores the frame a second time (the chaos
+        soak's cluster phase: 418 rows stored twice). Returns the frames still to send. One headers-only
+        read of the stream after the highest sequence acked before the oldest of them was sent."""
+        from .replay_guard import stored_sequences
+
+        oldest = min(self._pending[t] for t in tokens)
+        floor = 0
+        while len(self._floors) > 1 and self._floors[1][0] <= oldest:
+            self._floors.popleft()  # floors of frames all settled: never needed again
+        if self._floors and self._floors[0][0] <= oldest:
+            floor = self._floors[0][1]
+        wanted = {self._inflight[t][4]: t for t in tokens if self._inflight[t][4]}
+        if not wanted:
+            return tokens
+        found = await stored_sequences(self._nc, self._stream, self._api_prefix, floor, set(wanted),
+                                       deadline=self._ack_timeout)
+        for msg_id, seq in found.items():
+            token = wanted[msg_id]
+            sent = self._inflight.pop(token)
+            send_no = self._pending.pop(token)
+            self._stored_recent.pop(token, None)
+            self._stored_recent[token] = (send_no, sent[0], sent[2], seq, sent)
+            self._max_seq = max(self._max_seq, seq)
+            self.stored += 1
+            self.found_after_loss += 1
+        if found:
+            self._last_progress = time.monotonic()
+            if not self._inflight:
+                self._done.set()
+            if len(self._inflight) <= self.low_water:
+                self._room.set()
+        return [t for t in tokens if t in self._inflight]
 
     async def _quiet(self) -> None:
         """Until every frame in flight is answered, or no answer came for :data:`QUIET` seconds."""
@@ -500,6 +546,9 @@ class Publisher:
                 inflight[f"{tag}{sent[0]}"] = sent
             if self._ordered and not dead_letter:  # dead letters go to another stream: their acks keep no order
                 pending = self._pending
+                # Every frame of the chunk is stored after the highest sequence acked so far: where a
+                # recovery looks for the ones whose PubAck was lost (_find_stored).
+                self._floors.append((self._send_no + 1, self._max_seq))
                 for sent in chunk:
                     self._send_no += 1
                     pending[f"{tag}{sent[0]}"] = self._send_no

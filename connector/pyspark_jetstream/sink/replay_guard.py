@@ -55,7 +55,9 @@ from .superseded import Superseded
 
 log = get_logger("sink")
 
-ERR_WRONG_LAST_SEQUENCE = 10071
+WRONG_LAST_SEQUENCE = (10071, 10164)
+"""A create (expected last subject sequence 0) of a key that exists: 10071 on a single server, 10164
+("wrong last sequence" without a number) from a clustered stream (seen in the chaos soak)."""
 SCAN_BATCH = 2000
 HEARTBEAT = 5.0
 """Seconds between the puts of a publishing task's record (its last one dates the attempt's end)."""
@@ -185,7 +187,7 @@ async def _create_or_read(nc: Any, plan: GuardPlan, subject: str, record: Record
     error = json.loads(reply.data or b"{}").get("error")
     if not error:
         return None
-    if int(error.get("err_code", 0)) != ERR_WRONG_LAST_SEQUENCE:
+    if int(error.get("err_code", 0)) not in WRONG_LAST_SEQUENCE:
         raise JetStreamApiError(f"PUB {subject}", int(error.get("code", 0)), int(error.get("err_code", 0)),
                                 error.get("description", ""))
     found = await jsapi.request(nc, f"STREAM.MSG.GET.{kv.stream_name(plan.bucket)}", {"last_by_subj": subject},
@@ -345,16 +347,53 @@ async def stored_ids(nc: Any, plan: GuardPlan, run: str, after: int, end: int, d
     """The ``Nats-Msg-Id``s starting with ``<run>:`` among the target's messages in ``(after, end]``,
     and how many messages were read: an ephemeral headers-only consumer. Each is also given to
     ``superseded`` with its subject (which earlier rows of the run it replaced)."""
-    if end <= after:
-        return frozenset(), 0
     prefix = f"{run}:"
+    found: set[str] = set()
+
+    def visit(msg: Any, seq: int) -> bool:
+        msg_id = (msg.headers or {}).get("Nats-Msg-Id")
+        if msg_id and msg_id.startswith(prefix):
+            own = base_id(msg_id)  # a message moved back into order carries a suffix (reorder)
+            found.add(own)
+            if superseded is not None:
+                superseded.add(msg.subject, own, (msg.headers or {}).get("Nats-Rollup") == "sub")
+        return False
+
+    read = await scan_headers(nc, plan.target_stream, plan.api_prefix, after, end, deadline, visit)
+    return frozenset(found), read
+
+
+async def stored_sequences(nc: Any, stream: str, api_prefix: str, after: int, wanted: set[str],
+                           deadline: float) -> dict[str, int]:
+    """Where ``stream`` holds the messages whose ``Nats-Msg-Id`` is in ``wanted``, among those after
+    ``after`` up to its last one now: ``{id: sequence}`` (the publisher's PubAcks lost with a leader)."""
+    info = await jsapi.stream_info(nc, stream, api_prefix)
+    end = int(info["state"].get("last_seq", 0)) if info else 0
+    found: dict[str, int] = {}
+
+    def visit(msg: Any, seq: int) -> bool:
+        msg_id = (msg.headers or {}).get("Nats-Msg-Id")
+        if msg_id in wanted:
+            found[msg_id] = seq
+        return len(found) == len(wanted)
+
+    await scan_headers(nc, stream, api_prefix, after, end, deadline, visit)
+    return found
+
+
+async def scan_headers(nc: Any, stream: str, api_prefix: str, after: int, end: int, deadline: float,
+                       visit: Any) -> int:
+    """Read ``stream``'s messages in ``(after, end]``, headers only, with an ephemeral consumer, giving each
+    to ``visit(msg, seq)`` (True: stop); returns how many were read. Ends early only when the stream's
+    leader confirms nothing is left (:func:`_nothing_left`); fails after ``deadline`` seconds."""
+    if end <= after:
+        return 0
     name = f"sparkjs_guard_{uuid.uuid4().hex[:16]}"
     config = {"name": name, "deliver_policy": "by_start_sequence", "opt_start_seq": after + 1,
               "ack_policy": "none", "headers_only": True, "mem_storage": True, "num_replicas": 1,
               "inactive_threshold": 30 * 10**9}
-    await jsapi.request(nc, f"CONSUMER.CREATE.{plan.target_stream}.{name}",
-                        {"stream_name": plan.target_stream, "config": config}, prefix=plan.api_prefix)
-    found: set[str] = set()
+    await jsapi.request(nc, f"CONSUMER.CREATE.{stream}.{name}", {"stream_name": stream, "config": config},
+                        prefix=api_prefix)
     queue: asyncio.Queue = asyncio.Queue()
     inbox = nc.new_inbox()
     sub = await nc.subscribe(inbox, cb=queue.put)
@@ -363,7 +402,7 @@ async def stored_ids(nc: Any, plan: GuardPlan, run: str, after: int, end: int, d
     read = 0
     try:
         while seen < end:
-            await nc.publish(f"{plan.api_prefix}.CONSUMER.MSG.NEXT.{plan.target_stream}.{name}",
+            await nc.publish(f"{api_prefix}.CONSUMER.MSG.NEXT.{stream}.{name}",
                              json.dumps({"batch": min(SCAN_BATCH, end - seen), "expires": 2 * 10**9}).encode(),
                              reply=inbox)
             got = 0
@@ -371,37 +410,35 @@ async def stored_ids(nc: Any, plan: GuardPlan, run: str, after: int, end: int, d
                 left = give_up - time.monotonic()
                 if left <= 0:
                     raise JetStreamApiError("CONSUMER.MSG.NEXT", 408, 0, f"reading what stream "
-                                            f"'{plan.target_stream}' holds in sequences {after + 1}..{end} took "
+                                            f"'{stream}' holds in sequences {after + 1}..{end} took "
                                             f"over {deadline:g}s")
                 try:
                     msg = await asyncio.wait_for(queue.get(), min(left, 5.0))
                 except asyncio.TimeoutError:
                     break  # the pull expired: ask again
                 if not msg.reply:  # a status (408 expired, 404 none): done, or the replica still catching up
-                    if await _nothing_left(nc, plan, seen, end):
-                        return frozenset(found), read
+                    if await _nothing_left(nc, stream, api_prefix, seen, end):
+                        return read
                     break
                 got += 1
                 seen, _, _, pending = fast_fields(msg.reply.encode())
                 if seen > end:
                     break
                 read += 1
-                msg_id = (msg.headers or {}).get("Nats-Msg-Id")
-                if msg_id and msg_id.startswith(prefix):
-                    own = base_id(msg_id)  # a message moved back into order carries a suffix (reorder)
-                    found.add(own)
-                    if superseded is not None:
-                        superseded.add(msg.subject, own, (msg.headers or {}).get("Nats-Rollup") == "sub")
-                if pending == 0 and await _nothing_left(nc, plan, seen, end):
-                    return frozenset(found), read
+                if visit(msg, seen):
+                    return read
+                if pending == 0 and await _nothing_left(nc, stream, api_prefix, seen, end):
+                    return read
     finally:
         await sub.unsubscribe()
         try:
-            await jsapi.request(nc, f"CONSUMER.DELETE.{plan.target_stream}.{name}", prefix=plan.api_prefix)
+            await jsapi.request(nc, f"CONSUMER.DELETE.{stream}.{name}", prefix=api_prefix)
         except Exception:  # ephemeral: the inactive threshold reaps it
             log.debug("could not delete consumer %s", name)
-    return frozenset(found), read
-async def _nothing_left(nc: Any, plan: GuardPlan, seen: int, end: int) -> bool:
+    return read
+
+
+async def _nothing_left(nc: Any, stream: str, api_prefix: str, seen: int, end: int) -> bool:
     """Whether the stream's leader holds no message after ``seen`` up to ``end``.
 
     The consumer's ``pending`` (and a pull that expires empty) speak for the replica holding
@@ -411,7 +448,7 @@ async def _nothing_left(nc: Any, plan: GuardPlan, seen: int, end: int) -> bool:
     bucket copy). ``STREAM.MSG.GET`` is answered by the leader."""
     if seen >= end:
         return True
-    following = await jsapi.next_message(nc, plan.target_stream, seen + 1, prefix=plan.api_prefix)
+    following = await jsapi.next_message(nc, stream, seen + 1, prefix=api_prefix)
     return following is None or following.seq > end
 
 

@@ -43,9 +43,10 @@ class Superseded:
     """What the scan of a replay found, per subject: which rows of the run later rows replaced."""
 
     def __init__(self, run: str, limit: int | None) -> None:
-        """``limit``: how many messages of a subject the target keeps (None or 0: no such limit)."""
+        """``limit``: how many messages of a subject the target keeps (None, 0 or -1, the server's
+        "unlimited": no such limit)."""
         self.run = run
-        self.limit = limit or 0
+        self.limit = limit if limit is not None and limit > 0 else 0
         self._ranks: dict[tuple[str, str], list[int]] = {}
         self._rollups: dict[tuple[str, str], int] = {}
         self._sorted = True
