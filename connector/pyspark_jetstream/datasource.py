@@ -47,9 +47,18 @@ class JetStreamDataSource(DataSource):
         return opts
 
     def reader(self, schema):
+        """The batch reader; one that takes pushed filters when Spark's pushdown planner asks for it
+        (PySpark 4.1+ with ``spark.sql.python.filterPushdown.enabled``: ``spark_api.pushdown_requested``)."""
+        from .spark_api import pushdown_requested
+
+        opts = self._source_options(schema, streaming=False)
+        if pushdown_requested():
+            from .source.pushdown_reader import JetStreamPushdownReader
+
+            return JetStreamPushdownReader(opts)
         from .source.reader import JetStreamBatchReader
 
-        return JetStreamBatchReader(self._source_options(schema, streaming=False))
+        return JetStreamBatchReader(opts)
 
     def streamReader(self, schema):
         from .source.reader import JetStreamStreamReader

@@ -7,7 +7,8 @@ Source API appeared (4.0), and what later releases added is looked up here, by f
 
 - 4.0: readers and writers, Arrow batches from ``read()``, ``DataSourceArrowWriter``.
 - 4.1: ``DataSourceStreamArrowWriter`` (streaming writes in Arrow batches); before it, streaming
-  writes get rows, which the sink turns into Arrow batches itself.
+  writes get rows, which the sink turns into Arrow batches itself. Also ``pushFilters`` for batch
+  readers, behind ``spark.sql.python.filterPushdown.enabled`` (:func:`pushdown_requested`).
 - 4.2: admission control for Python streaming sources (``latestOffset(start, limit)``,
   ``ReadLimit``) and ``Trigger.AvailableNow`` (``SupportsTriggerAvailableNow``). Before it, Spark
   calls ``latestOffset()`` with no arguments: a micro-batch reads everything new, and the read
@@ -43,7 +44,7 @@ if VERSION < MIN_VERSION:
     raise ImportError(f"pyspark-jetstream needs PySpark 4.0 or newer (the Python Data Source API); this is PySpark "
                       f"{VERSION_TEXT}: {_INSTALL}.")
 
-from pyspark.sql.datasource import DataSourceStreamWriter  # noqa: E402  (after the version check)
+from pyspark.sql.datasource import DataSourceReader, DataSourceStreamWriter  # noqa: E402  (after the version check)
 
 try:
     from pyspark.sql.streaming.datasource import (
@@ -96,3 +97,33 @@ def require_admission_control(max_messages: int | None, min_messages: int | None
                               f"control for Python streaming sources); this is PySpark {VERSION_TEXT}, where each "
                               "micro-batch reads everything new. Remove the option, or run on PySpark "
                               f"{ADMISSION_CONTROL_VERSION}+.")
+
+
+PUSHDOWN = hasattr(DataSourceReader, "pushFilters")
+"""Whether this PySpark offers filter pushdown to Python batch readers (4.1+)."""
+PUSHDOWN_CONF = "spark.sql.python.filterPushdown.enabled"
+_PUSHDOWN_PLANNER = "pyspark.sql.worker.data_source_pushdown_filters"
+
+
+def pushdown_requested() -> bool:
+    """Whether Spark is asking the data source for a reader to push filters into.
+
+    PySpark 4.1 to 4.3 refuse every read (``DATA_SOURCE_PUSHDOWN_DISABLED``) of a reader whose class
+    defines ``pushFilters`` while ``spark.sql.python.filterPushdown.enabled`` is false (the default),
+    and ``reader()`` runs in a planner Python worker where no SparkSession (and no conf) can be
+    reached (probed on 4.3.0: ``SparkSession.getActiveSession()`` is None there). What tells the two
+    apart is the planner that calls ``reader()``: with the conf on and filters to push, Spark runs
+    ``pyspark.sql.worker.data_source_pushdown_filters``, which calls ``pushFilters`` next; otherwise
+    ``plan_data_source_read``, which refuses a reader that defines it when the conf is off. So the
+    reader that defines ``pushFilters`` is returned only to the first. A PySpark that plans reads
+    another way gets the plain reader: its reads work as without pushdown."""
+    if not PUSHDOWN:
+        return False
+    import sys
+
+    frame = sys._getframe(1)
+    while frame is not None:
+        if frame.f_globals.get("__name__") == _PUSHDOWN_PLANNER:
+            return True
+        frame = frame.f_back
+    return False

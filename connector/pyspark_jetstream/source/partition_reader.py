@@ -754,16 +754,22 @@ def _literal(filters: tuple[str, ...]) -> tuple[str, ...] | None:
 def read_partition(opts: SourceOptions, stream: str, first: int, last: int | None,
                    created: str | None = None, max_age: float = 0.0, last_per_subject: bool = False,
                    split: tuple[int | None, int] | None = None, index: int = 0,
-                   from_earliest: bool = False, count: int = 1) -> Iterator[Any]:
+                   from_earliest: bool = False, count: int = 1, keys: tuple[str, ...] | None = None) -> Iterator[Any]:
     """Yield the partition's RecordBatches on Spark's thread while the loop thread reads: its
     consumers one after the other (a split by subject with more groups than one consumer's filters
     reads them in chunks; a subject is in one chunk, so its order holds). First, a note for a write
-    in the same task (:mod:`~pyspark_jetstream.task_notes`): how this read was split."""
+    in the same task (:mod:`~pyspark_jetstream.task_notes`): how this read was split. ``keys``: a
+    snapshot of these literal subjects of a bucket, read by direct get (:mod:`.key_reader`)."""
     kind = "snapshot" if last_per_subject else "sequence" if split is None else "subject"
     task_notes.leave(task_notes.ReadNote(stream, kind, count, index))
     resolved = runtime.run(_resolve(opts, stream, first, last, created, last_per_subject, split, index),
                            timeout=opts.max_wait + opts.connection.connect_timeout * 3 + 30)
     if resolved is None:
+        return
+    if keys is not None:
+        from .key_reader import read_keys
+
+        yield from read_keys(opts, stream, keys, max_age)
         return
     last, consumers = resolved
     if last is not None and last < first:

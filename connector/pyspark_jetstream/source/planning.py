@@ -38,6 +38,7 @@ class StreamBounds:
     max_age: float = 0.0  # the stream's MaxAge in seconds when planned (0: none); bounds expires_at
     num_subjects: int = 0  # subjects holding messages (split=subject decides its grouping from it)
     subjects: tuple[str, ...] = ()  # the stream's configured subjects (empty for a mirror)
+    allow_direct: bool = False  # the stream answers direct gets (a KV bucket made by a KV client does)
 
 
 SPLIT_SUBJECT = "subject"

@@ -77,6 +77,7 @@ class JetStreamPartition(InputPartition):
     split: tuple[int | None, int] | None = None
     from_earliest: bool = False  # the start is "whatever the stream holds": nothing below it is lost
     count: int = 1  # how many partitions the read has (the sink's order check: task_notes)
+    keys: tuple[str, ...] | None = None  # a snapshot of these literal subjects, read by direct get (pushdown)
 
 
 def _ask_server(opts: SourceOptions, call: Callable[[], Coroutine[Any, Any, T]], what: str) -> T:
@@ -127,7 +128,8 @@ def _bounds(opts: SourceOptions) -> StreamBounds:
     return StreamBounds(first_seq=int(state.get("first_seq", 0)), last_seq=int(state.get("last_seq", 0)),
                         created=reply.get("created"), max_age=int(reply["config"].get("max_age") or 0) / 1e9,
                         num_subjects=int(state.get("num_subjects") or 0),
-                        subjects=tuple(reply["config"].get("subjects") or ()))
+                        subjects=tuple(reply["config"].get("subjects") or ()),
+                        allow_direct=bool(reply["config"].get("allow_direct")))
 
 
 def _check_filters(opts: SourceOptions, bounds: StreamBounds) -> None:
@@ -260,7 +262,7 @@ def _read(opts: SourceOptions, partition: JetStreamPartition) -> Iterator[Any]:
     yield from read_partition(opts, partition.stream, partition.first, partition.last, created=partition.created,
                               max_age=partition.max_age, last_per_subject=partition.last_per_subject,
                               split=partition.split, index=partition.index, from_earliest=partition.from_earliest,
-                              count=partition.count)
+                              count=partition.count, keys=partition.keys)
 
 
 class JetStreamBatchReader(DataSourceReader):
@@ -272,18 +274,21 @@ class JetStreamBatchReader(DataSourceReader):
     sequence, the ranges share out what the stream holds now and the last one reads on to the
     stream's end when its task runs; split by subject, each partition reads its subjects to the end."""
 
+    _plan_at_once = True
+    """Plan the partitions when the reader is made (a reader that takes pushed filters plans once it
+    has them: :class:`~.pushdown_reader.JetStreamPushdownReader`)."""
+
     def __init__(self, opts: SourceOptions) -> None:
         if opts.starting.kind == "latest":
             raise OptionError("startingOffsets", "latest", "A batch read from 'latest' reads nothing (it starts "
                               "after the last message); use 'earliest', a sequence or 'startingTimestamp', or "
                               "spark.readStream for messages still to come.")
         self.opts = opts
-        bounds = _bounds(opts)
+        self.bounds = bounds = _bounds(opts)
         _check_filters(opts, bounds)
         self.start = _starting_seq(opts, bounds)
         explicit_end = opts.ending_seq is not None or opts.ending_timestamp is not None
-        snapshot = opts.starting.kind == "last_per_subject"
-        by_subject = opts.split == "subject" or snapshot
+        self.snapshot = opts.starting.kind == "last_per_subject"
         end: int | None = None
         if explicit_end:
             end = min(_ending_seq(opts, bounds), bounds.last_seq)
@@ -293,12 +298,19 @@ class JetStreamBatchReader(DataSourceReader):
                                   f"(sequence {self.start + 1}, from '{_start_option(opts)}'): the end must be "
                                   "at or after the start.")
             end = max(end, self.start)
-        depth = _split_depth(opts, bounds, opts.num_partitions) if by_subject else False
         self.end = end
-        self._partitions = _plan_partitions(opts, self.start, end, bounds, depth=depth, snapshot=snapshot,
-                                            from_earliest=opts.starting.kind in ("earliest", "last_per_subject"))
+        self._partitions: list[JetStreamPartition] | None = self._plan() if self._plan_at_once else None
+
+    def _plan(self) -> list[JetStreamPartition]:
+        opts = self.opts
+        by_subject = opts.split == "subject" or self.snapshot
+        depth = _split_depth(opts, self.bounds, opts.num_partitions) if by_subject else False
+        return _plan_partitions(opts, self.start, self.end, self.bounds, depth=depth, snapshot=self.snapshot,
+                                from_earliest=opts.starting.kind in ("earliest", "last_per_subject"))
 
     def partitions(self) -> list[JetStreamPartition]:
+        if self._partitions is None:
+            self._partitions = self._plan()
         return self._partitions
 
     def read(self, partition: JetStreamPartition) -> Iterator[Any]:

@@ -1,0 +1,51 @@
+"""A bucket's latest view of a few keys, by batched direct get (filter pushdown of ``key = ...`` and
+``key IN (...)``): the last message of each key, deleted and purged keys left out as the latest
+view leaves them out (:class:`~.rows.BatchBuilder` with ``drop_removed_keys``)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterator
+from typing import Any
+
+from ..client import runtime
+from ..client.direct_get import last_of_subjects
+from ..client.jsapi import is_transient, retry_delays
+from ..errors import PartitionReadError
+from ..options import SourceOptions
+from ..protocol.direct_get import MULTI_LAST_MAX, DirectMessage
+from .rows import BatchBuilder
+
+
+async def _fetch(opts: SourceOptions, stream: str, subjects: list[str]) -> list[DirectMessage]:
+    """:func:`last_of_subjects`, asked again while the failure is transient, for at most ``consume.maxWait``."""
+    nc = await runtime.connection(opts.connection)
+    delays = retry_delays()
+    deadline = time.monotonic() + opts.max_wait
+    while True:
+        try:
+            return await last_of_subjects(nc, stream, subjects, prefix=opts.api_prefix,
+                                          timeout=min(opts.max_wait, 30.0))
+        except Exception as exc:
+            delay = next(delays)
+            if not is_transient(exc) or time.monotonic() + delay > deadline:
+                raise PartitionReadError(
+                    f"Reading the last values of {len(subjects)} keys of stream '{stream}' by direct get failed: "
+                    f"{type(exc).__name__}: {exc}") from None
+            await asyncio.sleep(delay)
+
+
+def read_keys(opts: SourceOptions, stream: str, subjects: tuple[str, ...], max_age: float) -> Iterator[Any]:
+    """Arrow batches of the last message of each of ``subjects`` that is a live key."""
+    builder = BatchBuilder(stream, include_markers=opts.include_markers, kv_bucket=opts.bucket, max_age=max_age,
+                           drop_removed_keys=True)
+    for i in range(0, len(subjects), MULTI_LAST_MAX):
+        chunk = list(subjects[i:i + MULTI_LAST_MAX])
+        found = runtime.run(_fetch(opts, stream, chunk), timeout=opts.max_wait + 60)
+        for m in sorted(found, key=lambda m: m.seq):
+            builder.add(m.subject, m.data, m.headers, m.seq, m.ts_ns)
+            if len(builder) >= opts.batch_size:
+                yield builder.build()
+    if len(builder):
+        yield builder.build()
