@@ -3,6 +3,7 @@
     python tests/perf/bench.py --quick        # small sizes, a few minutes
     python tests/perf/bench.py                # the full run
     python tests/perf/bench.py --only sequence  # only the KV write with sequenceBy vs without
+    python tests/perf/bench.py --only pushdown  # filter pushdown: key lookups on a 1M-key bucket, a subject's reads
 
 It starts an embedded nats-server, prepares file-storage streams and prints a
 Markdown table (rows/s, MB/s, ratio to the baseline measured beside it). Never
@@ -685,10 +686,11 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="smaller sizes (under 3 minutes)")
     parser.add_argument("--repeat", type=int, default=3, help="runs per path; the median is kept")
     parser.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results"))
-    parser.add_argument("--only", choices=("copies", "sequence", "order"),
+    parser.add_argument("--only", choices=("copies", "sequence", "order", "pushdown"),
                         help="run one section only: 'copies' (the two splits, the replay records' cost), "
                         "'sequence' (a KV write with sequenceBy beside the same write without it), 'order' "
-                        "(issue #32: deliveries per message, ordered copies at scale, bench_order.py)")
+                        "(issue #32: deliveries per message, ordered copies at scale, bench_order.py), 'pushdown' "
+                        "(issue #34: filter pushdown on a 1,000,000-key bucket and stream, bench_pushdown.py)")
     args = parser.parse_args()
     quick, repeat = args.quick, (1 if args.quick else args.repeat)
 
@@ -721,6 +723,17 @@ def main() -> int:
             notes.insert(0, f"{title}:\n\n{table}\n")
         write_order_chart(results, tables, os.path.join(args.out, f"bench-{suffix}.png"))
         return _report(results, notes, started, args.out, suffix, chart=False)
+
+    if args.only == "pushdown":
+        import bench_pushdown
+
+        started = time.perf_counter()
+        http = _free_port()
+        with EmbeddedNatsServer(config=f"http_port: {http}\n") as server:
+            results, notes, tables = bench_pushdown.main(server.url, http, quick, repeat)
+        for title, table in tables:
+            notes.insert(0, f"{title}:\n\n{table}\n")
+        return _report(results, notes, started, args.out, "pushdown-quick" if quick else "pushdown", chart=False)
 
     if args.only == "sequence":
         with EmbeddedNatsServer() as server:
@@ -895,6 +908,14 @@ def main() -> int:
         spark.stop()
 
     return _report(results, notes, started, args.out, "quick" if quick else "full")
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def _report(results: list[Result], notes: list[str], started: float, out: str, suffix: str,
