@@ -175,3 +175,25 @@ def test_pushdown_gives_the_rows_spark_alone_gives(conf_restored, nats_server, n
             checked += 1
             pushed += not _filtered_in_spark(on)
     assert checked == len(reads) * QUERIES_PER_READ and pushed > 0
+
+
+@pytest.mark.parametrize("ending", [None, "last"])
+def test_time_and_sequence_bounds_are_exact_at_stored_values(conf_restored, nats_server, nats_client, stream_name,
+                                                             ending):
+    """Comparisons that fall exactly on a stored message's sequence and time (its microsecond), with
+    the read's end open (decided when it runs) or explicit: the message on the bound is in or out
+    exactly as Spark alone decides."""
+    spark = conf_restored
+    url = nats_server.url
+    _fill_stream(nats_client, stream_name, random.Random(7))
+    last = nats_client.stream_state(stream_name)["last_seq"]
+    options = {"stream": stream_name, "numPartitions": "2"}
+    if ending:
+        options["endingOffsets"] = str(last - 1)
+    stored = {int(r.seq): int(r.t) for r in spark.read.format("jetstream").option("servers", url)
+              .option("stream", stream_name).load().select("seq", F.unix_micros("timestamp").alias("t")).collect()}
+    for seq in (last // 2, last):
+        for op in ("<=", ">", "="):
+            for predicate in (f"seq {op} {seq}", f"timestamp {op} timestamp_micros({stored[seq]})"):
+                expected = _rows(_read(spark, url, predicate, False, **options))
+                assert _rows(_read(spark, url, predicate, True, **options)) == expected, (options, predicate)
