@@ -96,26 +96,29 @@ def run(spark, url: str, http: int, quick: bool, repeat: int, results: list, not
 
     count = "SELECT count(*) AS n FROM v WHERE subject = 'PDS.s7'"
     per_subject = messages // subjects
-    stream = "stream 'PDS', numPartitions 2"
-    for pushdown in (True, False):
-        timed_query(spark, url, stream, count, pushdown)  # warm-up
-    times: dict[bool, list[float]] = {True: [], False: []}
-    sent: dict[bool, list[int]] = {True: [], False: []}
+    cases = {"on, 2 partitions": ("stream 'PDS', numPartitions 2", True),
+             "on, 1 partition": ("stream 'PDS', numPartitions 1", True),
+             "off, 2 partitions": ("stream 'PDS', numPartitions 2", False)}
+    for options, pushdown in cases.values():
+        timed_query(spark, url, options, count, pushdown)  # warm-up
+    times: dict[str, list[float]] = {label: [] for label in cases}
+    sent: dict[str, list[int]] = {label: [] for label in cases}
     for r in range(repeat):
-        for pushdown in ((True, False) if r % 2 == 0 else (False, True)):
+        order = list(cases)[r % len(cases):] + list(cases)[:r % len(cases)]
+        for label in order:
+            options, pushdown = cases[label]
             before = out_msgs(http)
-            seconds, got = timed_query(spark, url, stream, count, pushdown)
-            sent[pushdown].append(out_msgs(http) - before)
+            seconds, got = timed_query(spark, url, options, count, pushdown)
+            sent[label].append(out_msgs(http) - before)
             assert got[0]["n"] == per_subject, got
-            times[pushdown].append(seconds)
+            times[label].append(seconds)
     lines = []
-    for pushdown in (True, False):
-        seconds = statistics.median(times[pushdown])
-        lines.append(f"| {'on' if pushdown else 'off'} | {seconds:.2f} s | {max(sent[pushdown]):,} | {per_subject:,} |")
-        results.append(Result(f"stream, subject = 'x' of {subjects:,}, pushdown {'on' if pushdown else 'off'}",
-                              per_subject, 100, seconds))
-    tables.append((f"`subject = ...` on a {messages:,}-message stream of {subjects:,} subjects (2 partitions, median "
-                   f"of {repeat}; the most messages sent in a run)",
+    for label in cases:
+        seconds = statistics.median(times[label])
+        lines.append(f"| {label} | {seconds:.2f} s | {max(sent[label]):,} | {per_subject:,} |")
+        results.append(Result(f"stream, subject = 'x' of {subjects:,}, pushdown {label}", per_subject, 100, seconds))
+    tables.append((f"`subject = ...` on a {messages:,}-message stream of {subjects:,} subjects (median of {repeat}; "
+                   "the most messages sent in a run)",
                    "| pushdown | time | messages the server sent (/varz out_msgs delta) | the subject's messages |\n"
                    "|---|---:|---:|---:|\n" + "\n".join(lines)))
 
