@@ -127,6 +127,8 @@ def test_an_upper_sequence_bound_past_an_open_end_is_left_to_spark():
     assert (result.pushed.first_seq, result.pushed.last_seq) == (120, None) and len(result.returned) == 1
     result = run([LessThanOrEqual(Q, 99)], open_end_last=100)
     assert result.pushed.last_seq == 99 and not result.returned
+    result = run([In(Q, [3, 150])], open_end_last=100)  # narrowing from 3 only; the end stays open
+    assert (result.pushed.first_seq, result.pushed.last_seq) == (3, None) and len(result.returned) == 1
 
 
 @pytest.mark.parametrize(("filters", "nothing"), [

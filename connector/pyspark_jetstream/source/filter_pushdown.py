@@ -179,6 +179,8 @@ def translate(filters: list[Any], *, bucket: str | None, snapshot: bool,
                     nothing = True
                     continue
                 lo, hi = min(values), max(values)
+                if open_end_last is not None and hi >= open_end_last:
+                    hi = None  # the end stays open (decided when the read runs)
             else:
                 v = _int(getattr(f, "value", None))
                 bounds = {"GreaterThan": (None if v is None else v + 1, None), "GreaterThanOrEqual": (v, None),

@@ -60,7 +60,9 @@ class JetStreamPushdownReader(JetStreamBatchReader):
                 self._keys = narrowed
             elif len(narrowed) > MAX_PUSHED_SUBJECTS:
                 return self._apply(result.without_subjects())
-            self._nothing = not narrowed
+            if not narrowed:  # no subject of the stream can match
+                self._nothing = True
+                return result
             self.opts = dataclasses.replace(self.opts, subjects=narrowed)
         if self._nothing:
             return result
