@@ -630,6 +630,14 @@ class Phase:
 
     # ---- faults
 
+    def _kill_node(self, index: int, down: float) -> None:
+        """SIGKILL cluster node ``index``, and start it again on its store ``down`` seconds later."""
+        node = self.nodes[index]
+        node.stop(kill=True)
+        time.sleep(down)  # the fault's duration
+        node.start()
+        self.cluster.wait_for_jetstream()
+
     def inject(self, fault: Fault) -> str:
         kind, p = fault.kind, fault.params
         if kind == "server_kill":
@@ -644,11 +652,7 @@ class Phase:
                 os.kill(node.pid, signal.SIGCONT)
             return f"pid {node.pid} frozen {p['seconds']}s"
         if kind == "node_kill":
-            node = self.nodes[p["node"]]
-            node.stop(kill=True)
-            time.sleep(p["down"])  # the fault's duration
-            node.start()
-            self.cluster.wait_for_jetstream()
+            self._kill_node(p["node"], p["down"])
             return f"node n{p['node'] + 1} SIGKILLed, down {p['down']}s"
         if kind == "leader_kill":
             async def leader(nc):
@@ -656,12 +660,7 @@ class Phase:
             name = nats_call(self.url, leader, timeout=30)
             if not name or not str(name).startswith("chaos-n"):
                 return f"FAILED: no leader of {p['stream']} seen ({name})"
-            index = int(str(name).removeprefix("chaos-n")) - 1
-            node = self.nodes[index]
-            node.stop(kill=True)
-            time.sleep(p["down"])  # the fault's duration
-            node.start()
-            self.cluster.wait_for_jetstream()
+            self._kill_node(int(str(name).removeprefix("chaos-n")) - 1, p["down"])
             return f"{p['stream']}'s leader {name} SIGKILLed, down {p['down']}s"
         if kind == "leader_stepdown":
             async def work(nc):

@@ -429,16 +429,21 @@ def one_message_micro_batch(spark, url: str, bucket: str) -> str:
             "partition (stream identity and end), no subject listed.")
 
 
-def main(url: str, http: int, quick: bool, repeat: int) -> tuple[list, list, list]:
+def in_session(app: str, body, url: str, http: int, quick: bool, repeat: int) -> tuple[list, list, list]:
+    """Run a section's ``body(spark, url, http, quick, repeat, results, notes, tables)`` in a local[2]
+    session of its own (the sections are measured apart from the main bench's session)."""
     from pyspark.sql import SparkSession
 
-    spark = (SparkSession.builder.master("local[2]").appName("jetstream-bench-order")
+    spark = (SparkSession.builder.master("local[2]").appName(app)
              .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false").getOrCreate())
     spark.sparkContext.setLogLevel("ERROR")
     results: list = []
     notes: list = []
     tables: list = []
-    run(spark, url, http, quick, repeat, results, notes, tables)
+    body(spark, url, http, quick, repeat, results, notes, tables)
     spark.stop()
     return results, notes, tables
 
+
+def main(url: str, http: int, quick: bool, repeat: int) -> tuple[list, list, list]:
+    return in_session("jetstream-bench-order", run, url, http, quick, repeat)

@@ -19,7 +19,7 @@ import statistics
 import time
 
 from bench import Result, api, collect_garbage
-from bench_order import fill, out_msgs
+from bench_order import fill, in_session, out_msgs
 
 CONF = "spark.sql.python.filterPushdown.enabled"
 
@@ -124,14 +124,4 @@ def run(spark, url: str, http: int, quick: bool, repeat: int, results: list, not
 
 
 def main(url: str, http: int, quick: bool, repeat: int) -> tuple[list, list, list]:
-    from pyspark.sql import SparkSession
-
-    spark = (SparkSession.builder.master("local[2]").appName("jetstream-bench-pushdown")
-             .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false").getOrCreate())
-    spark.sparkContext.setLogLevel("ERROR")
-    results: list = []
-    notes: list = []
-    tables: list = []
-    run(spark, url, http, quick, repeat, results, notes, tables)
-    spark.stop()
-    return results, notes, tables
+    return in_session("jetstream-bench-pushdown", run, url, http, quick, repeat)

@@ -238,11 +238,7 @@ class Publisher:
         if sent is not None and send_no is not None and data and not token.startswith(DEAD_LETTER_TAG):
             found = _ACK_SEQ.search(data)
             if found is not None and b'"error"' not in data:  # stored, or a duplicate: its seq is the original's
-                seq = int(found.group(1))
-                if seq > self._max_seq:
-                    self._max_seq = seq
-                self._stored_recent.pop(token, None)
-                self._stored_recent[token] = (send_no, sent[0], sent[2], seq, sent)
+                self._remember_stored(token, send_no, sent, int(found.group(1)))
             if self._pending and next(iter(self._pending.values())) < send_no:
                 self._trouble()  # an older frame was dropped: this one overtook it
             if may_be_plain(data):  # the common case, settled here as the unordered fast path does
@@ -261,9 +257,23 @@ class Publisher:
         if self._recovery is None or self._recovery.done():
             self._forget_settled()
 
+    def _remember_stored(self, token: str, send_no: int, sent: tuple, seq: int) -> None:
+        """A frame the stream holds at ``seq``: kept (newest last) until no recovery can need to move it."""
+        if seq > self._max_seq:
+            self._max_seq = seq
+        self._stored_recent.pop(token, None)
+        self._stored_recent[token] = (send_no, sent[0], sent[2], seq, sent)
+
     def _forget_settled(self) -> None:
-        """Stored frames older than every unanswered one can never need moving: forget them."""
+        """Stored frames older than every unanswered one can never need moving, nor their send's floor
+        (``_find_stored``) be needed: forget them (memory stays bounded by the frames in flight)."""
         oldest = next(iter(self._pending.values()), None)
+        floors = self._floors
+        if oldest is None:
+            floors.clear()
+        else:
+            while len(floors) > 1 and floors[1][0] <= oldest:
+                floors.popleft()
         recent = self._stored_recent
         while recent:
             token, entry = next(iter(recent.items()))
@@ -332,11 +342,8 @@ class Publisher:
         from .replay_guard import stored_sequences
 
         oldest = min(self._pending[t] for t in tokens)
-        floor = 0
-        while len(self._floors) > 1 and self._floors[1][0] <= oldest:
-            self._floors.popleft()  # floors of frames all settled: never needed again
-        if self._floors and self._floors[0][0] <= oldest:
-            floor = self._floors[0][1]
+        self._forget_settled()
+        floor = self._floors[0][1] if self._floors and self._floors[0][0] <= oldest else 0
         wanted = {self._inflight[t][4]: t for t in tokens if self._inflight[t][4]}
         if not wanted:
             return tokens
@@ -344,11 +351,7 @@ class Publisher:
                                        deadline=self._ack_timeout)
         for msg_id, seq in found.items():
             token = wanted[msg_id]
-            sent = self._inflight.pop(token)
-            send_no = self._pending.pop(token)
-            self._stored_recent.pop(token, None)
-            self._stored_recent[token] = (send_no, sent[0], sent[2], seq, sent)
-            self._max_seq = max(self._max_seq, seq)
+            self._remember_stored(token, self._pending.pop(token), self._inflight.pop(token), seq)
             self.stored += 1
             self.found_after_loss += 1
         if found:

@@ -206,9 +206,10 @@ async def _replay(nc: Any, plan: GuardPlan, run: str, subject: str, earlier: Rec
             records.append(r)
         elif r.prior_end is not None:  # a task of this replay that already read its window: that window
             records.append(Record(r.after, r.attempt, True, r.prior_end))
-    first, end = await window(nc, plan, records) if records else (mine.after, mine.after)
-    info = await jsapi.stream_info(nc, plan.target_stream, plan.api_prefix)
-    superseded = Superseded(run, int(((info or {}).get("config") or {}).get("max_msgs_per_subject") or 0))
+    info = await jsapi.stream_info(nc, plan.target_stream, plan.api_prefix) or {}
+    last = int((info.get("state") or {}).get("last_seq", 0))
+    first, end = await window(nc, plan, records, last) if records else (mine.after, mine.after)
+    superseded = Superseded(run, int((info.get("config") or {}).get("max_msgs_per_subject") or 0))
     stored, scanned = await stored_ids(nc, plan, run, first, end, deadline, superseded)
     record = Record(earlier.after, mine.attempt, prior_end=end)
     await put_record(nc, plan, subject, record)
@@ -221,16 +222,15 @@ async def _target_last(nc: Any, plan: GuardPlan) -> int:
     return int(info["state"].get("last_seq", 0)) if info else 0
 
 
-async def window(nc: Any, plan: GuardPlan, records: list[Record]) -> tuple[int, int]:
+async def window(nc: Any, plan: GuardPlan, records: list[Record], last: int) -> tuple[int, int]:
     """``(after, end]``: where the attempts that wrote ``records`` can have stored messages. ``after``
     is the earliest recorded position; each record bounds its attempts by ``upto`` (it finished), or
     by ``prior_end`` and the time of its last put (it did not: frames in flight when it died land
     within ``HEARTBEAT`` and ``ackTimeout`` of that). A task of this very replay that already read its
     window is given here as done, up to that window's end (its own puts date this attempt, not the
-    earlier ones). Never past the target's last sequence now."""
+    earlier ones). Never past ``last``, the target's last sequence now."""
     import datetime as dt
 
-    last = await _target_last(nc, plan)
     first = min(r.after for r in records)
     end = first
     alive_until = None
@@ -249,18 +249,16 @@ async def window(nc: Any, plan: GuardPlan, records: list[Record]) -> tuple[int, 
 
 
 def _server_time(text: str | None) -> Any:
-    """A STREAM.MSG.GET ``time`` (RFC 3339, nanoseconds) as an aware datetime (microseconds)."""
-    import datetime as dt
-    import re
+    """A STREAM.MSG.GET ``time`` (RFC 3339, nanoseconds) as an aware datetime (microseconds); None when
+    there is none or it does not parse."""
+    from ..protocol.direct_get import time_ns
 
     if not text:
         return None
-    match = re.match(r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.(\d+))?(Z|[+-]\d\d:\d\d)$", text)
-    if match is None:
+    try:
+        return _ns_time(time_ns(text))
+    except ValueError:
         return None
-    whole, fraction, zone = match.groups()
-    value = dt.datetime.fromisoformat(whole + ("+00:00" if zone == "Z" else zone))
-    return value + dt.timedelta(microseconds=int((fraction or "0")[:6].ljust(6, "0")))
 
 
 async def run_records(nc: Any, plan: GuardPlan, run: str) -> list[Record]:
@@ -310,9 +308,10 @@ async def run_records(nc: Any, plan: GuardPlan, run: str) -> list[Record]:
 
 
 def _ns_time(ns: int) -> Any:
+    """Nanoseconds since the epoch as an aware datetime, to the microsecond (exact: no float)."""
     import datetime as dt
 
-    return dt.datetime.fromtimestamp(ns // 1000 / 1e6, tz=dt.timezone.utc)
+    return dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc) + dt.timedelta(microseconds=ns // 1000)
 
 
 async def put_record(nc: Any, plan: GuardPlan, subject: str, record: Record) -> None:
