@@ -19,6 +19,15 @@ class JetStreamDataSource(DataSource):
     :mod:`pyspark_jetstream.options`.
     """
 
+    def __init__(self, options: dict[str, str]) -> None:
+        super().__init__(options)
+        import uuid
+
+        # One per load() or view: Spark pickles this instance once per relation and hands that copy to
+        # every planner of it, so the token tells two scans of one relation apart from two relations
+        # (source/pushdown_registry.py).
+        self.relation = uuid.uuid4().hex
+
     @classmethod
     def name(cls) -> str:
         return "jetstream"
@@ -55,7 +64,7 @@ class JetStreamDataSource(DataSource):
         if pushdown_requested():
             from .source.pushdown_reader import JetStreamPushdownReader
 
-            return JetStreamPushdownReader(opts)
+            return JetStreamPushdownReader(opts, getattr(self, "relation", None))
         from .source.reader import JetStreamBatchReader
 
         return JetStreamBatchReader(opts)

@@ -123,7 +123,38 @@ def pushdown_requested() -> bool:
 
     frame = sys._getframe(1)
     while frame is not None:
-        if frame.f_globals.get("__name__") == _PUSHDOWN_PLANNER:
+        if _module_of(frame.f_globals) == _PUSHDOWN_PLANNER:
             return True
         frame = frame.f_back
     return False
+
+
+def _module_of(scope: dict) -> str | None:
+    """The module a frame's code belongs to. A planner started as ``python -m <module>`` (Spark's simple
+    worker, without the daemon) runs as ``__main__``; its spec still names the module."""
+    name = scope.get("__name__")
+    if name == "__main__":
+        spec = scope.get("__spec__")
+        return getattr(spec, "name", None) or name
+    return name
+
+
+SCOPED_PUSHDOWN_VERSION = (4, 2)
+"""The first PySpark whose tasks can tell which SQL execution they serve (a UUIDv7 query id that
+carries the execution's start: ``source/pushdown_scope.py``)."""
+
+
+def scoped_pushdown() -> bool:
+    """Whether a pushed filter may narrow a read: only where a task can tell its query from a later
+    one that Spark gives the same pushed read (PySpark 4.1 gives it and cannot tell)."""
+    return PUSHDOWN and VERSION >= SCOPED_PUSHDOWN_VERSION
+
+
+def execution_query_id() -> str | None:
+    """The query id of the SQL execution the running task serves (None outside a task, or before 4.2)."""
+    from pyspark import TaskContext
+
+    from .source.pushdown_scope import QUERY_ID_PROPERTY
+
+    context = TaskContext.get()
+    return context.getLocalProperty(QUERY_ID_PROPERTY) if context is not None else None

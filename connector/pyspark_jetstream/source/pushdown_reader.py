@@ -1,14 +1,24 @@
 """``spark.read`` with filter pushdown (PySpark 4.1+, ``spark.sql.python.filterPushdown.enabled``).
 
-The thin hook: :mod:`.filter_pushdown` decides what each filter asks of the read; this reader
-applies it to the plan of :class:`~.reader.JetStreamBatchReader`, which it plans once Spark has
-pushed the filters (``pushFilters`` runs after the reader is made and before ``partitions``):
+The thin hook: :mod:`.filter_pushdown` decides what each filter asks of the read; this reader plans
+it beside the whole read of :class:`~.reader.JetStreamBatchReader`, once Spark has pushed the
+filters (``pushFilters`` runs after the reader is made and before ``partitions``):
 
 - subjects (and keys) narrow the read's filter subjects, intersected with the option ``subjects``
   (a bucket's latest view of literal keys is read by batched direct gets instead, when the bucket
   allows them);
-- a sequence range moves the start and fixes the end;
-- a time range moves the start and the end to the sequences the server finds for those times.
+- a sequence range moves the start and fixes the end.
+
+Times are not narrowed: a clustered stream stamps each message with its leader's clock, so after a
+leader change (or a clock step) time need not grow with the sequence, and a sequence range found by
+time could leave out rows that match. Spark filters times itself.
+
+**Each query answers itself.** PySpark 4.1 to 4.3 give the read a pushdown planned to every later
+scan of the same DataFrame or view, so each partition carries both reads, the narrowed one and the
+whole one, and the task picks by the SQL execution it serves (:mod:`.pushdown_scope`); every filter
+is returned to Spark, so the whole read is right wherever it runs. Where no task can tell the
+executions apart (PySpark 4.1), and where another scan of the same relation was planned
+in the same query (:mod:`.pushdown_registry`), the narrowed read is not planned.
 
 Only :func:`~pyspark_jetstream.spark_api.pushdown_requested` readers are of this class: with the
 conf off, Spark refuses a reader that defines ``pushFilters``.
@@ -17,14 +27,19 @@ conf off, Spark refuses a reader that defines ``pushFilters``.
 from __future__ import annotations
 
 import dataclasses
-import datetime as dt
-from collections.abc import Iterable
+import time
+from collections.abc import Iterable, Iterator
 from typing import Any
 
-from ..client import jsapi, runtime
+from pyspark.sql.datasource import InputPartition
+
 from ..logs import get_logger
+from ..options import SourceOptions
+from ..spark_api import execution_query_id, scoped_pushdown
 from .filter_pushdown import Translation, is_literal, narrow_subjects, translate
-from .reader import JetStreamBatchReader, JetStreamPartition, _ask_server
+from .pushdown_registry import another_scan_close_by
+from .pushdown_scope import narrowed_applies, start_ms
+from .reader import JetStreamBatchReader, JetStreamPartition, _read
 from .subject_split import MAX_FILTERS
 
 log = get_logger("source")
@@ -34,72 +49,111 @@ MAX_PUSHED_SUBJECTS = 10 * MAX_FILTERS
 a consumer's request carries every filter subject)."""
 
 
+@dataclasses.dataclass(frozen=True)
+class ScopedPartition(InputPartition):
+    """Partition ``index`` of a pushed read: of the narrowed plan (None: it has fewer partitions, or
+    none) and of the whole read's plan, made at ``planned_ms``; the task reads one of the two."""
+
+    index: int
+    narrowed: JetStreamPartition | None
+    whole: JetStreamPartition | None
+    planned_ms: int
+
+
+@dataclasses.dataclass(frozen=True)
+class _Narrowing:
+    """What the pushed filters narrowed: the read's options (subjects), range, keys for direct gets."""
+
+    opts: SourceOptions
+    start: int
+    end: int | None
+    keys: tuple[str, ...] | None = None
+    nothing: bool = False
+
+
 class JetStreamPushdownReader(JetStreamBatchReader):
     """``spark.read`` that takes the filters Spark pushes (see the module docstring)."""
 
     _plan_at_once = False
-    _keys: tuple[str, ...] | None = None  # a bucket's latest view of these literal subjects, by direct get
-    _nothing = False  # no row can match: no partition
+    _narrowing: _Narrowing | None = None
+    _planned_ms = 0
+
+    def __init__(self, opts: SourceOptions, relation: str | None = None) -> None:
+        super().__init__(opts)
+        self._relation = relation
 
     def pushFilters(self, filters: list[Any]) -> Iterable[Any]:
+        self._planned_ms = time.time_ns() // 1_000_000
+        filters = list(filters)
+        if not scoped_pushdown():
+            log.info("stream %s: filters are applied by Spark, not pushed to the read: this PySpark shares a pushed "
+                     "read between queries and gives no task a way to tell them apart (PySpark 4.2+ does)",
+                     self.opts.stream)
+            return filters
+        if another_scan_close_by(self._relation):
+            log.info("stream %s: another scan of the same view or DataFrame was planned just before (a query that "
+                     "reads it twice?): filters are applied by Spark, not pushed, since Spark would give every scan "
+                     "of it the same read", self.opts.stream)
+            return filters
         open_end = self.bounds.last_seq if self.end is None else None
-        result = translate(list(filters), bucket=self.opts.bucket, snapshot=self.snapshot, open_end_last=open_end)
-        result = self._apply(result)
-        log.debug("stream %s: filters pushed %s; returned to Spark %s", self.opts.stream,
-                 [f for f in filters if not any(f is r for r in result.returned)], list(result.returned))
-        return list(result.returned)
+        result = translate(filters, bucket=self.opts.bucket, snapshot=self.snapshot, open_end_last=open_end)
+        self._narrowing = self._narrow(result)
+        log.debug("stream %s: filters narrowing the read %s; all returned to Spark", self.opts.stream,
+                  [f for f in filters if not any(f is r for r in result.returned)])
+        return filters  # Spark filters every row: the whole read runs wherever the narrowed one must not
 
-    def _apply(self, result: Translation) -> Translation:
+    def _narrow(self, result: Translation) -> _Narrowing:
         pushed = result.pushed
-        self._keys = None
-        self._nothing = pushed.nothing
-        if pushed.subjects is not None and not pushed.nothing:
-            narrowed = narrow_subjects(self.opts.filter_subjects, pushed.subjects, self.bounds.subjects)
-            direct = self.snapshot and self.opts.bucket is not None and self.bounds.allow_direct
-            if direct and is_literal(narrowed):
-                self._keys = narrowed
-            elif len(narrowed) > MAX_PUSHED_SUBJECTS:
-                return self._apply(result.without_subjects())
+        opts, start, end, keys = self.opts, self.start, self.end, None
+        if pushed.nothing:
+            return _Narrowing(opts, start, end, nothing=True)
+        if pushed.subjects is not None:
+            narrowed = narrow_subjects(opts.filter_subjects, pushed.subjects, self.bounds.subjects)
             if not narrowed:  # no subject of the stream can match
-                self._nothing = True
-                return result
-            self.opts = dataclasses.replace(self.opts, subjects=narrowed)
-        if self._nothing:
-            return result
+                return _Narrowing(opts, start, end, nothing=True)
+            direct = self.snapshot and opts.bucket is not None and self.bounds.allow_direct
+            if direct and is_literal(narrowed):
+                keys = narrowed
+            if keys is not None or len(narrowed) <= MAX_PUSHED_SUBJECTS:
+                opts = dataclasses.replace(opts, subjects=narrowed)
         if pushed.first_seq is not None:
-            self.start = max(self.start, pushed.first_seq - 1)
+            start = max(start, pushed.first_seq - 1)
         if pushed.last_seq is not None:
-            self.end = pushed.last_seq if self.end is None else min(self.end, pushed.last_seq)
-        if pushed.since is not None:
-            first = self._first_at_or_after(pushed.since)
-            self.start = max(self.start, self.bounds.last_seq if first is None else first - 1)
-        if pushed.until is not None:
-            after = self._first_at_or_after(pushed.until + dt.timedelta(microseconds=1))
-            if after is not None:  # a message after the time exists: none stored later can be before it
-                self.end = after - 1 if self.end is None else min(self.end, after - 1)
-        if self.end is not None:
-            self._nothing = self.end <= self.start
-        return result
+            end = pushed.last_seq if end is None else min(end, pushed.last_seq)
+        return _Narrowing(opts, start, end, keys, nothing=end is not None and end <= start)
 
-    def _first_at_or_after(self, when: dt.datetime) -> int | None:
-        opts = self.opts
-
-        async def lookup() -> int | None:
-            nc = await runtime.connection(opts.connection)
-            return await jsapi.first_seq_at_or_after(nc, opts.stream, when, opts.api_prefix)
-
-        return _ask_server(opts, lookup, "The time lookup of a pushed filter")
-
-    def _plan(self) -> list[JetStreamPartition]:
-        if self._nothing:
+    def _plan_narrowed(self, n: _Narrowing) -> list[JetStreamPartition]:
+        if n.nothing:
             return []
-        keys = self._keys
-        if keys is None:
-            return super()._plan()
+        if n.keys is None:
+            whole = (self.opts, self.start, self.end)
+            self.opts, self.start, self.end = n.opts, n.start, n.end
+            try:
+                return super()._plan()
+            finally:
+                self.opts, self.start, self.end = whole
         # A bucket's latest view of literal keys: batched direct gets, one request per 1,024 keys.
-        per = -(-len(keys) // max(1, min(self.opts.num_partitions, -(-len(keys) // 1024))))
+        keys = n.keys
+        per = -(-len(keys) // max(1, min(n.opts.num_partitions, -(-len(keys) // 1024))))
         chunks = [keys[i:i + per] for i in range(0, len(keys), per)]
-        return [JetStreamPartition(self.opts.stream, i, self.start + 1, None, self.bounds.created,
+        return [JetStreamPartition(n.opts.stream, i, n.start + 1, None, self.bounds.created,
                                    self.bounds.max_age, True, None, True, len(chunks), keys=chunk)
                 for i, chunk in enumerate(chunks)]
 
+    def _plan(self) -> list[Any]:
+        whole = super()._plan()
+        if self._narrowing is None:
+            return whole
+        narrowed = self._plan_narrowed(self._narrowing)
+        count = max(len(whole), len(narrowed))
+        return [ScopedPartition(i, narrowed[i] if i < len(narrowed) else None, whole[i] if i < len(whole) else None,
+                                self._planned_ms)
+                for i in range(count)]
+
+    def read(self, partition: Any) -> Iterator[Any]:
+        if not isinstance(partition, ScopedPartition):
+            return _read(self.opts, partition)
+        n = self._narrowing
+        if n is not None and narrowed_applies(partition.planned_ms, start_ms(execution_query_id())):
+            return _read(n.opts, partition.narrowed) if partition.narrowed is not None else iter(())
+        return _read(self.opts, partition.whole) if partition.whole is not None else iter(())
