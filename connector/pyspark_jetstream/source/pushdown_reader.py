@@ -100,6 +100,7 @@ class JetStreamPushdownReader(JetStreamBatchReader):
         per = -(-len(keys) // max(1, min(self.opts.num_partitions, -(-len(keys) // 1024))))
         chunks = [keys[i:i + per] for i in range(0, len(keys), per)]
         return [JetStreamPartition(self.opts.stream, i, self.start + 1, None, self.bounds.created,
-                                   self.bounds.max_age, True, None, True, len(chunks), keys=chunk)
+                                   self.bounds.max_age, True, None, True, len(chunks), keys=chunk,
+                                   up_to=self.bounds.last_seq if self.end is None else self.end)
                 for i, chunk in enumerate(chunks)]
 
