@@ -10,7 +10,7 @@ A batch ends with a status ``204 EOB`` carrying ``Nats-Num-Pending`` and, for ``
 ``Nats-UpTo-Sequence`` (the sequence the batch was taken at: the request's ``up_to_seq`` echoed, or
 the answering store's last sequence). ``Nats-Num-Pending`` is not a count to continue by: nats-server
 2.11 reports one message fewer than are left when ``max_bytes`` cuts a ``multi_last`` batch (0 while
-one is left; fixed in 2.12), so a batch is continued by the subjects still missing (:func:`end_of`).
+one is left; fixed in 2.12), so a batch is continued by the subjects still missing (:func:`still_missing`).
 """
 
 from __future__ import annotations
