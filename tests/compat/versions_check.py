@@ -120,7 +120,7 @@ def test_a_streaming_write_publishes_every_column_kind_on_this_version(spark, na
 def test_bookmark_consumer_needs_nats_server_2_14_and_says_so_at_start(spark, nats_server, nats_client, stream_name,
                                                                         tmp_path):
     """The consumer reset API that moves the bookmark is 2.14+: older servers refuse the option when the query
-    starts (``.ci/compat`` runs this on 2.11 and 2.12; the main suite's server is newer)."""
+    starts (``.ci/compat`` runs this on 2.11; the main suite's server is newer)."""
     nats_client.add_stream(stream_name, [f"{stream_name}.>"])
     publish(nats_client, f"{stream_name}.a", 3)
     version = nats_client.nc.connected_server_version

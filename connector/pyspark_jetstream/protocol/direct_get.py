@@ -6,14 +6,19 @@ then CRLF): ``Nats-Stream``, ``Nats-Subject``, ``Nats-Sequence``, ``Nats-Time-St
 nanoseconds), and in a batch ``Nats-Num-Pending`` and ``Nats-Last-Sequence``. A message stored
 without headers gets a block of those lines alone. :func:`stored_block` cuts them off, so a message
 read this way has the header block a consumer delivers (the ``headers`` column is the same).
-A batch ends with a status ``204 EOB`` carrying ``Nats-Num-Pending`` (matching messages left, when
-``max_bytes`` cut it short) and, for ``multi_last``, ``Nats-UpTo-Sequence`` (the sequence the batch
-was taken at: asking again with it as ``up_to_seq`` continues the same view).
+A batch ends with a status ``204 EOB`` carrying ``Nats-Num-Pending`` and, for ``multi_last``,
+``Nats-UpTo-Sequence`` (the sequence the batch was taken at: the request's ``up_to_seq`` echoed, or
+the answering store's last sequence). ``Nats-Num-Pending`` is not a count to continue by: nats-server
+2.11 reports one message fewer than are left when ``max_bytes`` cuts a ``multi_last`` batch (0 while
+one is left; fixed in 2.12), so a batch is continued by the subjects still missing (:func:`still_missing`).
 """
 
 from __future__ import annotations
 
+import base64
 import datetime as dt
+import enum
+from dataclasses import dataclass
 from typing import NamedTuple
 
 from .headers import NATS_HDR_LINE
@@ -83,3 +88,53 @@ def message(subject: bytes, data: bytes, block: bytes) -> DirectMessage:
         return DirectMessage(meta[SUBJECT].encode(), data, headers, int(meta[SEQUENCE]), time_ns(meta[TIME_STAMP]))
     except ValueError as exc:
         raise BadReply(f"{SEQUENCE} or {TIME_STAMP} does not parse: {exc}") from None
+
+
+class Outcome(enum.Enum):
+    """What the status that ends a ``multi_last`` batch means to a reader."""
+
+    END = "end"  # 204 EOB: the batch is over; what was asked and not answered may be in the next one
+    NONE = "none"  # 404 No Results: none of the subjects asked has a message (as the answering store sees it)
+    RETRY = "retry"  # 404 Message Not Found: a message the server resolved was gone when loaded; ask again
+    FAIL = "fail"  # anything else (413 Too Many Results, 408 Bad Request, 503 no responders, ...)
+
+
+@dataclass(frozen=True)
+class BatchEnd:
+    """The status that ended a batch: its code and description, and ``Nats-UpTo-Sequence`` (None when absent)."""
+
+    code: int
+    description: str
+    up_to: int | None = None
+
+    @property
+    def outcome(self) -> Outcome:
+        """Why 404 is split by its description: ``getDirectMulti`` answers ``No Results`` when no
+        subject matched, and ``Message Not Found`` when a sequence it had resolved could not be loaded
+        (expired or replaced between lookup and load): the second is a race, not an answer."""
+        if self.code == 204:
+            return Outcome.END
+        if self.code == 404:
+            return Outcome.RETRY if "not found" in self.description.lower() else Outcome.NONE
+        return Outcome.FAIL
+
+    def of_view(self, up_to: int | None) -> bool:
+        """Whether an EOB answers the view asked for: a request with ``up_to_seq`` gets it echoed in
+        ``Nats-UpTo-Sequence`` (2.11 to 2.15); a reply without it, or with another, was not taken at
+        that sequence (a server that ignored the field) and is not of the read's point in time."""
+        return up_to is None or self.up_to == up_to
+
+
+def still_missing(asked: list[str], answered: set[bytes]) -> list[str]:
+    """The subjects of ``asked`` with no answer yet, in order: what the next request of a batch asks."""
+    return [s for s in asked if s.encode() not in answered]
+
+
+def stored_message(reply: dict) -> DirectMessage:
+    """A ``STREAM.MSG.GET`` reply's message (``{"message": {subject, seq, hdrs, data, time}}``, the
+    header block and payload base64) as a direct get gives it: an empty header block is None."""
+    m = reply["message"]
+    block = base64.b64decode(m.get("hdrs") or "")
+    headers = block if block.strip() and block.strip() != NATS_HDR_LINE.strip() else None
+    return DirectMessage(m["subject"].encode(), base64.b64decode(m.get("data") or ""), headers, int(m["seq"]),
+                         time_ns(m["time"]))

@@ -18,15 +18,16 @@ from ..protocol.direct_get import MULTI_LAST_MAX, DirectMessage
 from .rows import BatchBuilder
 
 
-async def _fetch(opts: SourceOptions, stream: str, subjects: list[str]) -> list[DirectMessage]:
-    """:func:`last_of_subjects`, asked again while the failure is transient, for at most ``consume.maxWait``."""
+async def _fetch(opts: SourceOptions, stream: str, subjects: list[str], up_to: int | None) -> list[DirectMessage]:
+    """:func:`last_of_subjects` at ``up_to``, asked again while the failure is transient, for at most
+    ``consume.maxWait``."""
     nc = await runtime.connection(opts.connection)
     delays = retry_delays()
     deadline = time.monotonic() + opts.max_wait
     while True:
         try:
-            return await last_of_subjects(nc, stream, subjects, prefix=opts.api_prefix,
-                                          timeout=min(opts.max_wait, 30.0))
+            return await last_of_subjects(nc, stream, subjects, up_to=up_to, prefix=opts.api_prefix,
+                                          timeout=min(opts.max_wait, 30.0), patience=opts.max_wait)
         except Exception as exc:
             delay = next(delays)
             if not is_transient(exc) or time.monotonic() + delay > deadline:
@@ -36,13 +37,15 @@ async def _fetch(opts: SourceOptions, stream: str, subjects: list[str]) -> list[
             await asyncio.sleep(delay)
 
 
-def read_keys(opts: SourceOptions, stream: str, subjects: tuple[str, ...], max_age: float) -> Iterator[Any]:
-    """Arrow batches of the last message of each of ``subjects`` that is a live key."""
+def read_keys(opts: SourceOptions, stream: str, subjects: tuple[str, ...], max_age: float,
+              up_to: int | None = None) -> Iterator[Any]:
+    """Arrow batches of the last message of each of ``subjects`` that is a live key, at sequence
+    ``up_to`` (the read's planned end: every chunk of every partition reads the same point in time)."""
     builder = BatchBuilder(stream, include_markers=opts.include_markers, kv_bucket=opts.bucket, max_age=max_age,
                            drop_removed_keys=True)
     for i in range(0, len(subjects), MULTI_LAST_MAX):
         chunk = list(subjects[i:i + MULTI_LAST_MAX])
-        found = runtime.run(_fetch(opts, stream, chunk), timeout=opts.max_wait + 60)
+        found = runtime.run(_fetch(opts, stream, chunk, up_to), timeout=opts.max_wait + 60)
         for m in sorted(found, key=lambda m: m.seq):
             builder.add(m.subject, m.data, m.headers, m.seq, m.ts_ns)
             if len(builder) >= opts.batch_size:

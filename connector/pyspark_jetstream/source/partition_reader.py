@@ -754,12 +754,14 @@ def _literal(filters: tuple[str, ...]) -> tuple[str, ...] | None:
 def read_partition(opts: SourceOptions, stream: str, first: int, last: int | None,
                    created: str | None = None, max_age: float = 0.0, last_per_subject: bool = False,
                    split: tuple[int | None, int] | None = None, index: int = 0,
-                   from_earliest: bool = False, count: int = 1, keys: tuple[str, ...] | None = None) -> Iterator[Any]:
+                   from_earliest: bool = False, count: int = 1, keys: tuple[str, ...] | None = None,
+                   up_to: int | None = None) -> Iterator[Any]:
     """Yield the partition's RecordBatches on Spark's thread while the loop thread reads: its
     consumers one after the other (a split by subject with more groups than one consumer's filters
     reads them in chunks; a subject is in one chunk, so its order holds). First, a note for a write
     in the same task (:mod:`~pyspark_jetstream.task_notes`): how this read was split. ``keys``: a
-    snapshot of these literal subjects of a bucket, read by direct get (:mod:`.key_reader`)."""
+    snapshot of these literal subjects of a bucket, read by direct get (:mod:`.key_reader`) at sequence
+    ``up_to``."""
     kind = "snapshot" if last_per_subject else "sequence" if split is None else "subject"
     task_notes.leave(task_notes.ReadNote(stream, kind, count, index))
     resolved = runtime.run(_resolve(opts, stream, first, last, created, last_per_subject, split, index),
@@ -769,7 +771,7 @@ def read_partition(opts: SourceOptions, stream: str, first: int, last: int | Non
     if keys is not None:
         from .key_reader import read_keys
 
-        yield from read_keys(opts, stream, keys, max_age)
+        yield from read_keys(opts, stream, keys, max_age, up_to)
         return
     last, consumers = resolved
     if last is not None and last < first:

@@ -136,8 +136,9 @@ class JetStreamPushdownReader(JetStreamBatchReader):
         keys = n.keys
         per = -(-len(keys) // max(1, min(n.opts.num_partitions, -(-len(keys) // 1024))))
         chunks = [keys[i:i + per] for i in range(0, len(keys), per)]
+        up_to = self.bounds.last_seq if n.end is None else n.end  # every chunk reads the bucket as of one sequence
         return [JetStreamPartition(n.opts.stream, i, n.start + 1, None, self.bounds.created,
-                                   self.bounds.max_age, True, None, True, len(chunks), keys=chunk)
+                                   self.bounds.max_age, True, None, True, len(chunks), keys=chunk, up_to=up_to)
                 for i, chunk in enumerate(chunks)]
 
     def _plan(self) -> list[Any]:

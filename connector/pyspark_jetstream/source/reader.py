@@ -78,6 +78,7 @@ class JetStreamPartition(InputPartition):
     from_earliest: bool = False  # the start is "whatever the stream holds": nothing below it is lost
     count: int = 1  # how many partitions the read has (the sink's order check: task_notes)
     keys: tuple[str, ...] | None = None  # a snapshot of these literal subjects, read by direct get (pushdown)
+    up_to: int | None = None  # with ``keys``: the sequence every chunk reads the keys at (the planned end)
 
 
 def _ask_server(opts: SourceOptions, call: Callable[[], Coroutine[Any, Any, T]], what: str) -> T:
@@ -262,7 +263,7 @@ def _read(opts: SourceOptions, partition: JetStreamPartition) -> Iterator[Any]:
     yield from read_partition(opts, partition.stream, partition.first, partition.last, created=partition.created,
                               max_age=partition.max_age, last_per_subject=partition.last_per_subject,
                               split=partition.split, index=partition.index, from_earliest=partition.from_earliest,
-                              count=partition.count, keys=partition.keys)
+                              count=partition.count, keys=partition.keys, up_to=partition.up_to)
 
 
 class JetStreamBatchReader(DataSourceReader):
