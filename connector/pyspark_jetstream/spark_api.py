@@ -150,11 +150,13 @@ def scoped_pushdown() -> bool:
     return PUSHDOWN and VERSION >= SCOPED_PUSHDOWN_VERSION
 
 
+QUERY_ID_PROPERTY = "spark.sql.execution.query.id"
+"""A task's local property: the UUIDv7 of the SQL execution it serves (PySpark 4.2+)."""
+
+
 def execution_query_id() -> str | None:
     """The query id of the SQL execution the running task serves (None outside a task, or before 4.2)."""
     from pyspark import TaskContext
-
-    from .source.pushdown_scope import QUERY_ID_PROPERTY
 
     context = TaskContext.get()
     return context.getLocalProperty(QUERY_ID_PROPERTY) if context is not None else None

@@ -30,9 +30,6 @@ from __future__ import annotations
 
 import uuid
 
-QUERY_ID_PROPERTY = "spark.sql.execution.query.id"
-"""A task's local property: the UUIDv7 of the SQL execution it serves (PySpark 4.2+)."""
-
 
 def start_ms(query_id: str | None) -> int | None:
     """The start of the execution whose query id is ``query_id`` (Unix ms), or None when it is not a
