@@ -250,3 +250,59 @@ def test_a_copy_spread_over_tasks_another_way_is_named_in_the_commit_line(spark,
                      .repartition(3, "subject"), nats_server.url, stream=shuffled_target).save()
     lines = [m for m in worker_log(spark, "pyspark_jetstream.sink") if f"'{shuffled_target}'" in m]
     assert lines and not any("more than one task" in m for m in lines), lines
+
+
+def test_a_narrow_streaming_copy_is_refused_at_one_message_as_at_many(spark, nats_server, nats_client, stream_name,
+                                                                      tmp_path):
+    """The guard is a property of the query (issue #39): a micro-batch of one message is split into as
+    many ranges as one of thousands (the ranges past the data are empty), so a copy without the
+    shuffle is refused at its first micro-batch, not when traffic grows."""
+    source, target = stream_name + "S", stream_name + "T"
+    nats_client.add_stream(source, [f"{source}.>"])
+    nats_client.add_stream(target, [f"{target}.>"], allow_msg_ttl=True)
+    _interleaved(nats_client, [f"{source}.one"], 1)
+
+    def run(checkpoint: str):  # the job as a user would write it, without the line
+        read = (spark.readStream.format("jetstream").option("servers", nats_server.url).option("stream", source)
+                .option("startingOffsets", "earliest").option("numPartitions", "4").load())
+        return (read.withColumn("subject", F.concat(F.lit(f"{target}."), F.col("subject")))
+                .writeStream.format("jetstream").option("servers", nats_server.url).option("stream", target)
+                .option("checkpointLocation", checkpoint).trigger(availableNow=True).start())
+
+    query = run(str(tmp_path / "narrow"))
+    with pytest.raises(Exception) as failed:  # the query ends with its first micro-batch's error
+        query.awaitTermination(180)
+    assert "OrderError" in str(failed.value) and "reads 1 of them" in str(failed.value)
+    assert nats_client.stored_count(target) == 0
+
+
+def test_coalesce_1_after_a_read_split_in_ranges_publishes_every_subject_in_order(spark, nats_server, nats_client,
+                                                                                   stream_name):
+    """One task that reads every range of the read (``coalesce(1)``) has each subject's rows in source
+    order: accepted, with one message as with many."""
+    source, target, read = _copy_of_interleaved(spark, nats_server, nats_client, stream_name,
+                                                lambda source: [f"{source}.dev{i}" for i in range(6)], 500)
+    copy = read.withColumn("subject", F.concat(F.lit(f"{target}."), F.col("subject"))).coalesce(1)
+    # Small Arrow batches: the write's first rows come while the task still reads its first range, so the
+    # decision cannot wait for what the task's later ranges are.
+    spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", "50")
+    try:
+        jetstream_writer(copy, nats_server.url, stream=target).save()
+    finally:
+        spark.conf.unset("spark.sql.execution.arrow.maxRecordsPerBatch")
+    assert _by_subject(nats_client.messages(target), f"{target}.") == _by_subject(nats_client.messages(source))
+    # One message, four partitions (three empty): the same rule.
+    single, single_target = stream_name + "ONE", stream_name + "ONET"
+    nats_client.add_stream(single, [f"{single}.>"])
+    nats_client.add_stream(single_target, [f"{single_target}.>"], allow_msg_ttl=True)
+    _interleaved(nats_client, [f"{single}.x"], 1)
+    one = (spark.read.format("jetstream").option("servers", nats_server.url).option("stream", single)
+           .option("numPartitions", "4").load())
+    assert one.rdd.getNumPartitions() == 4
+    jetstream_writer(one.withColumn("subject", F.concat(F.lit(f"{single_target}."), F.col("subject"))).coalesce(1),
+                     nats_server.url, stream=single_target).save()
+    assert nats_client.stored_count(single_target) == 1
+    with pytest.raises(Exception, match="OrderError"):  # and without coalesce(1): refused, one message or not
+        jetstream_writer(one.withColumn("subject", F.concat(F.lit(f"{single_target}."), F.col("subject"))),
+                         nats_server.url, stream=single_target).save()
+    assert nats_client.stored_count(single_target) == 1

@@ -17,13 +17,23 @@ def _note(split="sequence", partitions=4, index=0, stream="S"):
 
 
 def test_a_narrow_write_from_a_read_split_by_sequence_is_refused_naming_the_fix():
+    # At its first rows the task may yet read the other ranges (coalesce(1)): held, and checked at the end.
+    assert decide([_note()], True, "stream 'T'") == SORT
     with pytest.raises(OrderError) as refused:
-        decide([_note()], True, "stream 'T'")
+        decide([_note()], True, "stream 'T'", ended=True)
     text = str(refused.value)
     assert "stream 'S'" in text and "4 sequence ranges" in text and '.repartition(n, "subject")' in text
-    assert "order='none'" in text
-    with pytest.raises(OrderError):  # no positions to sort by: refused all the same
+    assert "order='none'" in text and "reads 1 of them" in text
+    with pytest.raises(OrderError):  # no positions to hold the rows in order by: refused at once
         decide([_note()], False, "stream 'T'")
+
+
+def test_a_task_that_read_every_range_by_its_end_is_accepted():
+    first = [_note(index=0)]
+    assert decide(first, True, "stream 'T'") == SORT
+    assert decide(first + [_note(index=i) for i in (1, 2, 3)], True, "stream 'T'", ended=True) == SORT
+    with pytest.raises(OrderError):
+        decide(first + [_note(index=2)], True, "stream 'T'", ended=True)
 
 
 @pytest.mark.parametrize(("notes", "positions", "mode"), [

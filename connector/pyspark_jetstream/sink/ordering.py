@@ -47,26 +47,42 @@ SPILL_ROWS = 8192
 """Rows per batch of a spilled run (the merge reads them a batch per run at a time)."""
 
 
-def decide(notes: Sequence[ReadNote], has_positions: bool, describe_target: str) -> str:
+def decide(notes: Sequence[ReadNote], has_positions: bool, describe_target: str, *, ended: bool = False) -> str:
     """How a task with ``order=subject`` publishes: :data:`PUBLISH`, :data:`SORT` or an
-    :class:`OrderError` (module docstring). ``notes``: what the reads of this task left;
-    ``has_positions``: the rows carry the source's ``stream`` and ``seq`` columns."""
+    :class:`OrderError` (module docstring). ``notes``: what the reads of this task left so far;
+    ``has_positions``: the rows carry the source's ``stream`` and ``seq`` columns; ``ended``: the task's
+    input is over (its notes are all there).
+
+    The rule is a property of the query: a read split into sequence ranges always has as many
+    partitions as its split (source/reader.py pads ranges past the data), so a write fed straight from
+    it sees one range of several at one message as at a million, and is refused. A task that reads
+    every range itself (``coalesce(1)``) has all of them by the end of its input: its rows are held
+    (and sorted) until then, and published only when every range was its own."""
+    for stream, partitions, indexes in _split_reads(notes):
+        if ended or not has_positions:
+            raise OrderError(
+                f"This write to {describe_target} gets its rows straight from a read of stream '{stream}' split into "
+                f"{partitions} sequence ranges, and this task reads {len(indexes)} of them while the others are "
+                "written by their own tasks at the same time: a subject's messages would be stored out of their "
+                "source order. Add `.repartition(n, \"subject\")` (for a bucket, `\"key\"`) before the write, "
+                "keeping the columns 'stream' and 'seq': each subject is then written by one task, which publishes "
+                "its rows in source order. Or read with numPartitions=1, or set the sink option order='none' if "
+                "the target does not need each subject's order (an append-only log, say). See docs/source.md, "
+                "'Splits: order per subject'." + ("" if has_positions else " (Without the column 'seq', rows cannot "
+                                                 "be held and put back in order, so even `coalesce(1)` is refused.)"))
+    # Rows straight from a read that keeps each subject in one partition come in order, unless a narrow
+    # transformation reordered them (sortWithinPartitions): sorted all the same, wherever they come from.
+    # A read not yet seen whole (coalesce(1) still to read its other ranges): held until the end, checked again.
+    return SORT if has_positions else PUBLISH
+
+
+def _split_reads(notes: Sequence[ReadNote]) -> list[tuple[str, int, set[int]]]:
+    """The reads split into several sequence ranges of which these notes hold only some."""
     by_read: dict[tuple[str, str, int], set[int]] = {}
     for note in notes:
         by_read.setdefault((note.stream, note.split, note.partitions), set()).add(note.index)
-    for (stream, split, partitions), indexes in sorted(by_read.items()):
-        if split == "sequence" and partitions > 1 and len(indexes) < partitions:
-            raise OrderError(
-                f"This write to {describe_target} gets its rows straight from a read of stream '{stream}' split into "
-                f"{partitions} sequence ranges, each written by its own task at the same time: a subject's messages "
-                "would be stored out of their source order. Add `.repartition(n, \"subject\")` (for a bucket, "
-                "`\"key\"`) before the write, keeping the columns 'stream' and 'seq': each subject is then written "
-                "by one task, which publishes its rows in source order. Or set the sink option order='none' if "
-                "the target does not need each subject's order (an append-only log, say). See docs/source.md, "
-                "'Splits: order per subject'.")
-    # Rows straight from a read that keeps each subject in one partition come in order, unless a narrow
-    # transformation reordered them (sortWithinPartitions): sorted all the same, wherever they come from.
-    return SORT if has_positions else PUBLISH
+    return [(stream, partitions, indexes) for (stream, split, partitions), indexes in sorted(by_read.items())
+            if split == "sequence" and partitions > 1 and len(indexes) < partitions]
 
 
 class SortedRows:

@@ -228,6 +228,7 @@ class WriteTask:
         self.order = None  # order=none, rows as read: where a subject's source order arrived broken (order_check)
         self.undecided = opts.order == "subject" and plan.sequence is None  # see _decide_order
         self.held = None  # order=subject, rows that came through a shuffle: held and sorted (ordering.SortedRows)
+        self.notes: list = []  # order=subject: what the reads of this task left (task_notes), checked again at the end
         self.sample = None  # ... and a sample of their subjects, for the driver (ordering.SubjectSample)
         layout = plan.layout
         if layout.as_read and layout.source_seq is not None and plan.sequence is None and opts.order == "none":
@@ -351,8 +352,8 @@ class WriteTask:
 
         self.undecided = False
         layout = self.plan.layout
-        mode = decide(task_notes.take(), layout.as_read and layout.source_seq is not None,
-                      describe_target(self.opts))
+        self.notes = task_notes.take()
+        mode = decide(self.notes, layout.as_read and layout.source_seq is not None, describe_target(self.opts))
         if mode == SORT:
             self.held = SortedRows(layout.source_seq, self.opts.order_max_buffer_bytes)
             self.sample = SubjectSample()
@@ -530,9 +531,28 @@ class WriteTask:
                           for name, subjects in found[:5])
         return f"; under '{near}': {shown}" + (f" (and {len(found) - 5} more streams)" if len(found) > 5 else "")
 
+    def _check_order_at_end(self) -> None:
+        """``order=subject``: with the task's input over, every note of its reads is there; refuse (before
+        anything is published) a task that read only some ranges of a read split into several, even one
+        that got no row (sink/ordering.py: the guard is a property of the query)."""
+        from .. import task_notes
+        from .ordering import decide
+
+        if self.undecided:  # no row came: nothing was decided
+            self.undecided = False
+            self.notes = task_notes.take()
+        elif self.held is None:
+            return
+        else:
+            self.notes = [*self.notes, *task_notes.take()]
+        layout = self.plan.layout
+        decide(self.notes, layout.as_read and layout.source_seq is not None, describe_target(self.opts), ended=True)
+
     def finish(self) -> SinkCommitMessage:
         if self.sequenced is not None:
             self.sequenced.flush()
+        if self.opts.order == "subject" and self.sequenced is None:
+            self._check_order_at_end()
         if self.held is not None:
             held, self.held = self.held, None
             try:

@@ -764,6 +764,8 @@ def read_partition(opts: SourceOptions, stream: str, first: int, last: int | Non
     ``up_to``."""
     kind = "snapshot" if last_per_subject else "sequence" if split is None else "subject"
     task_notes.leave(task_notes.ReadNote(stream, kind, count, index))
+    if last is not None and last < first:
+        return  # a range past the data (the read has as many partitions as it is split into)
     resolved = runtime.run(_resolve(opts, stream, first, last, created, last_per_subject, split, index),
                            timeout=opts.max_wait + opts.connection.connect_timeout * 3 + 30)
     if resolved is None:

@@ -29,6 +29,7 @@ from ..spark_api import (
 )
 from .planning import (
     SPLIT_SUBJECT,
+    SeqRange,
     StreamBounds,
     end_seq,
     identity_change,
@@ -242,13 +243,18 @@ def _plan_partitions(opts: SourceOptions, start: int, end: int | None, bounds: S
         # stream's last sequence when its task runs (every run of a batch read sees current data).
         ranges = split_range(start, max(end if end is not None else bounds.last_seq, start), parts)
         if not ranges:  # nothing yet: one open range, for the runs to come
-            return [JetStreamPartition(opts.stream, 0, start + 1, None, bounds.created, bounds.max_age,
-                                       from_earliest=from_earliest)]
+            ranges = [SeqRange(0, start + 1, start)]
         # Only the first range starts where the stream does ("earliest"); the others start at a planned sequence.
-        return [JetStreamPartition(opts.stream, r.index, r.first, None if end is None and r is ranges[-1] else r.last,
-                                   bounds.created, bounds.max_age, from_earliest=from_earliest and r.index == 0,
-                                   count=len(ranges))
-                for r in ranges]
+        planned = [JetStreamPartition(opts.stream, r.index, r.first,
+                                      None if end is None and r is ranges[-1] else r.last, bounds.created,
+                                      bounds.max_age, from_earliest=from_earliest and r.index == 0, count=parts)
+                   for r in ranges]
+        # As many partitions as the read is split into, whatever the data: a write fed straight from the read
+        # then sees the same split at one message as at a million (the order guard, sink/ordering.py, is a
+        # property of the query, not of how much a batch holds). The ranges past the data are empty.
+        after = (end if end is not None else max(bounds.last_seq, start)) + 1
+        return planned + [JetStreamPartition(opts.stream, i, after, after - 1, bounds.created, bounds.max_age,
+                                             count=parts) for i in range(len(planned), parts)]
     if depth == ALL:
         parts = 1  # one group: one partition, whatever the count
     return [JetStreamPartition(opts.stream, i, start + 1, end, bounds.created, bounds.max_age, snapshot,
