@@ -28,7 +28,7 @@ from .threads import bind_session_to_thread
 
 DefaultSource = JetStreamDataSource
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 __all__ = [
     "AckTimeoutError",

@@ -185,6 +185,7 @@ class SourceOptions:
     consume: Any  # pull_engine.ConsumeConfig
     max_wait: float
     api_prefix: str = "$JS.API"  # where JetStream API requests go (options 'domain' / 'apiPrefix')
+    split_given: bool = False  # the option 'split' was given (else a checkpoint's recorded split is kept)
 
     @property
     def filter_subjects(self) -> tuple[str, ...]:
@@ -290,6 +291,6 @@ def parse_source_options(raw: Mapping[str, str], *, streaming: bool | None,
     return SourceOptions(
         connection=connection, stream=stream, starting=starting, consume=consume, api_prefix=api_prefix(values),
         ending_seq=values["endingOffsets"], max_wait=values["consume.maxWait"],
-        num_partitions=values["numPartitions"] or int(_default_partitions()),
+        num_partitions=values["numPartitions"] or int(_default_partitions()), split_given="split" in given,
         **as_fields(values, "subjects", "bucket", "endingTimestamp", "maxMessagesPerTrigger", "minMessagesPerTrigger",
                     "maxTriggerDelay", "split", "failOnDataLoss", "bookmarkConsumer", "includeMarkers", "batchSize"))

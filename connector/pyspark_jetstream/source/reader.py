@@ -324,6 +324,15 @@ class JetStreamBatchReader(DataSourceReader):
         return _read(self.opts, partition)
 
 
+def _keeps_subject_split(opts: SourceOptions, start: dict) -> bool:
+    """Whether a streaming query resumed from ``start`` (its checkpoint's last end offset) keeps reading split
+    by subject: the offset records that split (releases before 0.2.0 split by subject by default, and
+    their copies need no shuffle to keep each subject's order), and the user has not chosen a split.
+    Without this, such a job would stop at its first micro-batch after the upgrade (a copy straight from
+    a read split by sequence is refused)."""
+    return not opts.split_given and opts.split != "subject" and start.get("split") == SPLIT_SUBJECT
+
+
 def _require_server(opts: SourceOptions, needed: tuple[int, int], option: str, value: str, what: str) -> None:
     """Refuse, when the query starts, an option the connected nats-server is too old for."""
     async def version() -> tuple[int, int, int] | None:
@@ -374,7 +383,7 @@ class JetStreamStreamReader(DataSourceStreamReader, *AVAILABLE_NOW_BASES):
         """A micro-batch's end offset, with how it is split when it reads anything (``split=subject``,
         or a snapshot): recorded so that a replay splits it the same way."""
         end = self._offset(seq, bounds)
-        if seq > first and (self.opts.split == "subject" or snapshot):
+        if seq > first and (self.opts.split == "subject" or snapshot or self._kept_subject_split):
             end["split"] = SPLIT_SUBJECT
             end["depth"] = _split_depth(self.opts, bounds, self.opts.num_partitions)
         return end
@@ -391,9 +400,24 @@ class JetStreamStreamReader(DataSourceStreamReader, *AVAILABLE_NOW_BASES):
         n = self.opts.max_messages_per_trigger
         return ReadMaxRows(n) if n is not None else ReadAllAvailable()
 
+    _kept_subject_split = False
+    """The query's checkpoint was written by a release whose default split was by subject, and the option
+    'split' is not given: its micro-batches go on split by subject (:func:`_keeps_subject_split`)."""
+
+    def _keep_checkpoints_split(self, start: dict) -> None:
+        if not self._kept_subject_split and _keeps_subject_split(self.opts, start):
+            self._kept_subject_split = True
+            log.warning(
+                "stream %s: this query's checkpoint was written with the read split by subject (the default of "
+                "releases before 0.2.0), so it goes on reading that way and the job keeps running unchanged. To "
+                "move to the faster sequence split (each message delivered once), add `.repartition(n, \"subject\")` "
+                "(for a bucket, \"key\") before the write and set the source option split='sequence' (CHANGELOG.md, "
+                "'Upgrading to 0.2.0').", self.opts.stream)
+
     def latestOffset(self, start: dict | None = None, limit: ReadLimit | None = None) -> dict:
         if start is None:
             return self._latest_without_start()
+        self._keep_checkpoints_split(start)
         bounds = _bounds(self.opts)
         self._latest = bounds
         first = offset_seq(start, self.opts.stream)
@@ -469,6 +493,11 @@ class JetStreamStreamReader(DataSourceStreamReader, *AVAILABLE_NOW_BASES):
             return []
         # A replayed batch is split as its first attempt was: the count and the grouping are in the logged offset.
         by_subject, depth = offset_split(end)
+        self._keep_checkpoints_split(start)
+        if not by_subject and self._kept_subject_split and not end.get(SNAPSHOT):
+            # Planned without the start (PySpark < 4.2, whose latestOffset does not see the checkpoint): the
+            # split the checkpoint records, decided the same way on a replay (same start).
+            by_subject, depth = True, _split_depth(self.opts, bounds, offset_partitions(end, self.opts.num_partitions))
         snapshot = bool(end.get(SNAPSHOT))
         if recreated:
             s = restart_seq(bounds)
