@@ -306,3 +306,23 @@ def test_coalesce_1_after_a_read_split_in_ranges_publishes_every_subject_in_orde
         jetstream_writer(one.withColumn("subject", F.concat(F.lit(f"{single_target}."), F.col("subject"))),
                          nats_server.url, stream=single_target).save()
     assert nats_client.stored_count(single_target) == 1
+
+
+def test_a_copy_that_drops_seq_after_its_shuffle_says_so_in_the_commit_line(spark, nats_server, nats_client,
+                                                                            stream_name, worker_logging):
+    """Order is not lost silently when the positions go (issue #39): after the shuffle the sink cannot tell
+    a copy from any other rows, so it publishes them as they come and its commit line counts them."""
+    from ..helpers import worker_log
+
+    source, target, read = _copy_of_interleaved(spark, nats_server, nats_client, stream_name,
+                                                lambda source: [f"{source}.d{i}" for i in range(4)], 10)
+    shuffled = read.withColumn("subject", F.concat(F.lit(f"{target}."), F.col("subject"))).repartition(2, "subject")
+    jetstream_writer(shuffled.select("subject", "data"), nats_server.url, stream=target).save()
+    lines = [m for m in worker_log(spark, "pyspark_jetstream.sink") if f"to stream '{target}'" in m]
+    assert any("40 rows published in the order they arrived, without the column 'seq'" in m for m in lines), lines
+    kept = target + "K"
+    nats_client.add_stream(kept, [f"{kept}.>"], allow_msg_ttl=True)
+    jetstream_writer(read.withColumn("subject", F.concat(F.lit(f"{kept}."), F.col("subject")))
+                     .repartition(2, "subject"), nats_server.url, stream=kept).save()
+    lines = [m for m in worker_log(spark, "pyspark_jetstream.sink") if f"to stream '{kept}'" in m]
+    assert lines and not any("without the column 'seq'" in m for m in lines), lines

@@ -83,6 +83,7 @@ class SinkCommitMessage(WriterCommitMessage):
     subjects: Any = None  # order=subject, rows held and sorted: a sample of their subjects (ordering.SubjectSample)
     reordered: int = 0  # messages moved back into their subject's order after a leader change (reorder)
     left_out_of_order: int = 0  # ... that the stream would not let the sink delete
+    unpositioned: int = 0  # order=subject: rows published as they came, without 'seq', not straight from a read
     run: str | None = None  # the task's run id (``<queryId>:<batchId>`` for a micro-batch)
     query_id: str | None = None  # a streaming write's query (the task's local properties), for the driver's log
     query_name: str | None = None
@@ -229,6 +230,7 @@ class WriteTask:
         self.undecided = opts.order == "subject" and plan.sequence is None  # see _decide_order
         self.held = None  # order=subject, rows that came through a shuffle: held and sorted (ordering.SortedRows)
         self.notes: list = []  # order=subject: what the reads of this task left (task_notes), checked again at the end
+        self.unpositioned: int | None = None  # order=subject, rows of unknown order published as they came: counted
         self.sample = None  # ... and a sample of their subjects, for the driver (ordering.SubjectSample)
         layout = plan.layout
         if layout.as_read and layout.source_seq is not None and plan.sequence is None and opts.order == "none":
@@ -337,6 +339,8 @@ class WriteTask:
             return
         if self.order is not None:
             self.order.add(batch)
+        if self.unpositioned is not None:
+            self.unpositioned += batch.num_rows
         self._publish_sliced(batch)
 
     def _publish_sliced(self, batch: Any) -> None:
@@ -357,6 +361,10 @@ class WriteTask:
         if mode == SORT:
             self.held = SortedRows(layout.source_seq, self.opts.order_max_buffer_bytes)
             self.sample = SubjectSample()
+        elif not self.notes:
+            # Not straight from a read, and nothing to order by: a copy that dropped 'seq' after its shuffle
+            # would lose each subject's order here without a word. The commit line says how many rows.
+            self.unpositioned = 0
 
     def _subjects_of(self, batch: Any) -> Any:
         """The column a row's target subject comes from (a bucket's key), or the default subject."""
@@ -572,7 +580,7 @@ class WriteTask:
                                  older_than_stored=self.sequenced.older_than_stored if self.sequenced else 0,
                                  out_of_order=self.order.behind if self.order is not None else 0,
                                  subjects=self.sample, reordered=pub.reordered,
-                                 left_out_of_order=pub.left_out_of_order,
+                                 left_out_of_order=pub.left_out_of_order, unpositioned=self.unpositioned or 0,
                                  run=self.msg_ids.run if self.msg_ids is not None else None,
                                  query_id=self.query_id, query_name=self.query_name)
 
@@ -604,7 +612,7 @@ def log_totals(messages: Iterable[Any], batch_id: int | None = None, target: str
     driver can be told apart."""
     totals = {"published": 0, "duplicates": 0, "dead_lettered": 0, "expired": 0, "markers_skipped": 0,
               "already_stored": 0, "older_in_write": 0, "older_than_stored": 0, "out_of_order": 0, "reordered": 0,
-              "left_out_of_order": 0}
+              "left_out_of_order": 0, "unpositioned": 0}
     query = None
     samples = []
     for m in messages:
@@ -637,6 +645,10 @@ def log_totals(messages: Iterable[Any], batch_id: int | None = None, target: str
         + (f", {totals['left_out_of_order']} messages stored ahead of an earlier one of their subject during a leader "
            "change that the stream would not let the sink delete (it denies deletes: allow them to keep the order)"
            if totals["left_out_of_order"] else "")
+        + (f", {totals['unpositioned']} rows published in the order they arrived, without the column 'seq': if "
+           "they are a copy of a JetStream read through a shuffle, each subject's order was not kept (keep the "
+           "columns 'stream' and 'seq' after `.repartition(n, \"subject\")`: docs/source.md, 'Splits: order per "
+           "subject')" if totals["unpositioned"] else "")
         + (f", {totals['out_of_order']} rows came after a later source sequence of their subject in the same task: "
            "the source order was broken between the read and this write (a shuffle?), and the target stores "
            "them so (see docs/source.md, 'Splits: order per subject')" if totals["out_of_order"] else ""),
