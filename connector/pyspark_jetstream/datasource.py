@@ -27,6 +27,11 @@ class JetStreamDataSource(DataSource):
         # every planner of it, so the token tells two scans of one relation apart from two relations
         # (source/pushdown_registry.py).
         self.relation = uuid.uuid4().hex
+        from .spark_api import user_schema_at_load
+
+        given = user_schema_at_load()
+        if given is not None:  # a read's schema (.schema(...)): checked here, at load()
+            self._columns(given)
 
     @classmethod
     def name(cls) -> str:
@@ -37,23 +42,31 @@ class JetStreamDataSource(DataSource):
         says whether the read is a batch or a streaming one: the options are checked here, so that a
         mistake fails at ``load()`` naming the option, not later at ``start()`` or in a task."""
         from .options import parse_source_options
-        from .source.rows import KV_SCHEMA_DDL, SOURCE_SCHEMA_DDL
+        from .source.columns import ddl, default_columns
 
-        parse_source_options(self.options, streaming=None)
-        return KV_SCHEMA_DDL if "bucket" in self.options else SOURCE_SCHEMA_DDL
+        opts = parse_source_options(self.options, streaming=None)
+        kv = opts.bucket is not None
+        return ddl(kv, default_columns(kv, opts.include_headers))
+
+    def _columns(self, schema) -> tuple[str, ...]:
+        """The columns of ``schema`` (Spark's StructType), checked against the source's (source/columns.py)."""
+        from .source.columns import chosen
+
+        kv = any(k.lower() == "bucket" for k in self.options)
+        return chosen(kv, [(f.name, f.dataType.simpleString()) for f in schema.fields])
 
     def _source_options(self, schema, streaming: bool):
-        from .errors import SchemaError
+        import dataclasses
+
         from .options import parse_source_options
-        from .source.rows import arrow_schema
+        from .source.columns import default_columns
 
         opts = parse_source_options(self.options, streaming=streaming)
-        expected = arrow_schema(opts.bucket is not None).names
-        if schema is not None and [f.name for f in schema.fields] != expected:
-            raise SchemaError(
-                f"The JetStream source has a fixed schema ({self.schema()}); do not pass another one to .schema()."
-            )
-        return opts
+        if schema is None:
+            return opts
+        columns = self._columns(schema)
+        every = default_columns(opts.bucket is not None, True)
+        return dataclasses.replace(opts, columns=None if columns == every else columns)
 
     def reader(self, schema):
         """The batch reader; one that takes pushed filters when Spark's pushdown planner asks for it

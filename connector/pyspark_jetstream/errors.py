@@ -44,7 +44,8 @@ class OptionError(JetStreamConnectorError, ValueError):
 
 
 class SchemaError(JetStreamConnectorError, ValueError):
-    """The DataFrame handed to the sink has a column it cannot publish."""
+    """A schema the connector cannot use: the DataFrame handed to the sink has a column it cannot
+    publish, or the schema given to a read names a column the source does not have."""
 
 
 class ServerBinaryNotFound(JetStreamConnectorError, FileNotFoundError):

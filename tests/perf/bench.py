@@ -4,6 +4,7 @@
     python tests/perf/bench.py                # the full run
     python tests/perf/bench.py --only sequence  # only the KV write with sequenceBy vs without
     python tests/perf/bench.py --only pushdown  # filter pushdown: key lookups on a 1M-key bucket, a subject's reads
+    python tests/perf/bench.py --only headers   # the sink's data read with and without the headers column
 
 It starts an embedded nats-server, prepares file-storage streams and prints a
 Markdown table (rows/s, MB/s, ratio to the baseline measured beside it). Never
@@ -686,11 +687,12 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="smaller sizes (under 3 minutes)")
     parser.add_argument("--repeat", type=int, default=3, help="runs per path; the median is kept")
     parser.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results"))
-    parser.add_argument("--only", choices=("copies", "sequence", "order", "pushdown"),
+    parser.add_argument("--only", choices=("copies", "sequence", "order", "pushdown", "headers"),
                         help="run one section only: 'copies' (the two splits, the replay records' cost), "
                         "'sequence' (a KV write with sequenceBy beside the same write without it), 'order' "
                         "(issue #32: deliveries per message, ordered copies at scale, bench_order.py), 'pushdown' "
-                        "(issue #34: filter pushdown on a 1,000,000-key bucket and stream, bench_pushdown.py)")
+                        "(issue #34: filter pushdown on a 1,000,000-key bucket and stream, bench_pushdown.py), 'headers' "
+                        "(issue #41: the sink's data read with and without the headers column, bench_headers.py)")
     args = parser.parse_args()
     quick, repeat = args.quick, (1 if args.quick else args.repeat)
 
@@ -734,6 +736,16 @@ def main() -> int:
         for title, table in tables:
             notes.insert(0, f"{title}:\n\n{table}\n")
         return _report(results, notes, started, args.out, "pushdown-quick" if quick else "pushdown", chart=False)
+
+    if args.only == "headers":
+        import bench_headers
+
+        started = time.perf_counter()
+        with EmbeddedNatsServer() as server:
+            results, notes, tables = bench_headers.main(server.url, 0, quick, repeat)
+        for title, table in tables:
+            notes.insert(0, f"{title}:\n\n{table}\n")
+        return _report(results, notes, started, args.out, "headers-quick" if quick else "headers", chart=False)
 
     if args.only == "sequence":
         with EmbeddedNatsServer() as server:

@@ -139,6 +139,13 @@ SOURCE_OPTIONS: tuple[OptionSpec, ...] = (
                "2.14+ (refused at start before).", parse_name),
     OptionSpec("includeMarkers", "true", "Expected 'true' or 'false'.",
                "Keep the delete markers the server places (`marker_reason` set); `false` drops them.", parse_bool),
+    OptionSpec("includeHeaders", "true", "Expected 'true' or 'false'.",
+               "Include the `headers` column (as Spark's Kafka source names it). `false` leaves it out of the "
+               "schema, and the read builds no header map (the columns derived from headers, `ttl`, "
+               "`expires_at`, `marker_reason`, a bucket's `operation`, are still there): a read of data the sink "
+               "wrote (every message has headers) at the speed of header-less data. A schema given with "
+               "`.schema(...)` does the same for any set of columns. See [Columns](#columns-and-headers).",
+               parse_bool),
     OptionSpec("batchSize", "10000", "Expected an integer from 1 to 1000000.",
                "Rows per Arrow batch handed to Spark; with the consume buffer it bounds a partition's memory.",
                parse_int_range(1, 1_000_000)),
@@ -186,6 +193,8 @@ class SourceOptions:
     max_wait: float
     api_prefix: str = "$JS.API"  # where JetStream API requests go (options 'domain' / 'apiPrefix')
     split_given: bool = False  # the option 'split' was given (else a checkpoint's recorded split is kept)
+    include_headers: bool = True
+    columns: tuple[str, ...] | None = None  # the read's columns, in order (None: every column of the schema)
 
     @property
     def filter_subjects(self) -> tuple[str, ...]:
@@ -293,4 +302,5 @@ def parse_source_options(raw: Mapping[str, str], *, streaming: bool | None,
         ending_seq=values["endingOffsets"], max_wait=values["consume.maxWait"],
         num_partitions=values["numPartitions"] or int(_default_partitions()), split_given="split" in given,
         **as_fields(values, "subjects", "bucket", "endingTimestamp", "maxMessagesPerTrigger", "minMessagesPerTrigger",
-                    "maxTriggerDelay", "split", "failOnDataLoss", "bookmarkConsumer", "includeMarkers", "batchSize"))
+                    "maxTriggerDelay", "split", "failOnDataLoss", "bookmarkConsumer", "includeMarkers", "batchSize",
+                    "includeHeaders"))

@@ -44,12 +44,13 @@ class HeaderColumns:
     first: dict[str, Any]
 
 
-def columnar(blocks: list[bytes | None], map_type: Any, names: tuple[str, ...]) -> HeaderColumns | None:
+def columnar(blocks: list[bytes | None], map_type: Any, names: tuple[str, ...],
+             want_map: bool = True) -> HeaderColumns | None:
     """The batch decoded column-wise, or ``None`` when it is outside the common shape."""
     text = _ascii_text(blocks)
     if text is None:
         return None
-    return _uniform(text, map_type, names) or _general(text, map_type, names)
+    return _uniform(text, map_type, names, want_map) or _general(text, map_type, names)
 
 
 def _ascii_text(blocks: list[bytes | None]) -> Any:
@@ -66,7 +67,7 @@ def _ascii_text(blocks: list[bytes | None]) -> Any:
     return text
 
 
-def _uniform(text: Any, map_type: Any, names: tuple[str, ...]) -> HeaderColumns | None:
+def _uniform(text: Any, map_type: Any, names: tuple[str, ...], want_map: bool = True) -> HeaderColumns | None:
     """Blocks with the same lines in the same order, every line at a position the same name (or,
     at that position, no line a header): ``None`` for any other batch."""
     import pyarrow as pa
@@ -97,6 +98,9 @@ def _uniform(text: Any, map_type: Any, names: tuple[str, ...]) -> HeaderColumns 
         columns.setdefault(raw.strip(_PY_ASCII_WHITESPACE), []).append(values)
     if not columns:  # no header line in any block
         return HeaderColumns(pa.nulls(n, map_type), {name: pa.nulls(n, pa.string()) for name in names})
+    if not want_map:  # the map is most of the cost: a read without the headers column skips it
+        return HeaderColumns(None, {name: columns[name][0] if name in columns else pa.nulls(n, pa.string())
+                                    for name in names})
     # Row r's values, name by name: value slot s of every row comes from the same column, so the
     # row-major order is a take of the columns laid end to end at column(s) * n + r.
     ordered = [values for group in columns.values() for values in group]
@@ -227,8 +231,29 @@ def per_row(blocks: list[bytes | None], map_type: Any, names: tuple[str, ...]) -
     return HeaderColumns(pa.array(headers, map_type), {k: pa.array(v, pa.string()) for k, v in first.items()})
 
 
-def decode(blocks: list[bytes | None], map_type: Any, names: tuple[str, ...]) -> HeaderColumns:
-    """Column-wise when the batch has the common shape, else row by row: the same columns either way."""
+def decode(blocks: list[bytes | None], map_type: Any, names: tuple[str, ...], *,
+           want_map: bool = True) -> HeaderColumns:
+    """Column-wise when the batch has the common shape, else row by row: the same columns either way.
+    ``want_map=False`` (a read without the ``headers`` column): only the first values of ``names``;
+    ``headers`` is then None."""
     if all(block is None for block in blocks):
         return per_row(blocks, map_type, names)
-    return columnar(blocks, map_type, names) or per_row(blocks, map_type, names)
+    if not want_map:
+        firsts = _firsts_only(blocks, names)
+        if firsts is not None:
+            return HeaderColumns(None, firsts)
+    return columnar(blocks, map_type, names, want_map) or per_row(blocks, map_type, names)
+
+
+def _firsts_only(blocks: list[bytes | None], names: tuple[str, ...]) -> dict[str, Any] | None:
+    """The first values of ``names`` without building the map, or None to take the full path. A name
+    that no block holds (as bytes anywhere) is null in every row at the cost of one substring scan; the
+    names that some block holds come from the full decoding (rare in data the sink writes: ``Nats-TTL``
+    only with a TTL, a marker's reason or a KV operation only on those)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    raw = pa.array(blocks, pa.binary())
+    if any(pc.any(pc.match_substring(raw, name.encode())).as_py() for name in names):
+        return None
+    return {name: pa.nulls(len(blocks), pa.string()) for name in names}

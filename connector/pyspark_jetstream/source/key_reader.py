@@ -42,7 +42,7 @@ def read_keys(opts: SourceOptions, stream: str, subjects: tuple[str, ...], max_a
     """Arrow batches of the last message of each of ``subjects`` that is a live key, at sequence
     ``up_to`` (the read's planned end: every chunk of every partition reads the same point in time)."""
     builder = BatchBuilder(stream, include_markers=opts.include_markers, kv_bucket=opts.bucket, max_age=max_age,
-                           drop_removed_keys=True)
+                           drop_removed_keys=True, columns=opts.columns)
     for i in range(0, len(subjects), MULTI_LAST_MAX):
         chunk = list(subjects[i:i + MULTI_LAST_MAX])
         found = runtime.run(_fetch(opts, stream, chunk, up_to), timeout=opts.max_wait + 60)

@@ -135,7 +135,8 @@ class PartitionReader:
         self.set_left: int | None = None
         self.max_age = max_age
         self.builder = BatchBuilder(stream, include_markers=opts.include_markers, kv_bucket=opts.bucket,
-                                    max_age=max_age, drop_removed_keys=last_per_subject and opts.bucket is not None)
+                                    max_age=max_age, drop_removed_keys=last_per_subject and opts.bucket is not None,
+                                    columns=opts.columns)
         self.engine = PullEngine(opts.consume, range_left=last - first + 1, now=time.monotonic())
         self.range = RangeTracker(first, last, time.monotonic())
         self._batch_size = opts.batch_size
@@ -460,7 +461,7 @@ class PartitionReader:
         if len(self.builder):
             self._emit()  # built with the snapshot's rule: deleted keys left out
         self.builder = BatchBuilder(self.stream, include_markers=self.opts.include_markers, kv_bucket=self.opts.bucket,
-                                    max_age=self.max_age)
+                                    max_age=self.max_age, columns=self.opts.columns)
 
     def _on_snapshot_message(self, subject: bytes, reply: bytes, data: bytes, headers: bytes | None, sseq: int,
                              ts: int, pending: int, advance: int, now: float) -> None:

@@ -24,6 +24,12 @@ from ..protocol.headers import KV_OPERATION, MARKER_REASON, TTL
 from ..protocol.ttl import InvalidTtl, server_ttl_seconds
 from . import header_columns
 
+
+def pa_schema(fields: list[Any]) -> Any:
+    import pyarrow as pa
+
+    return pa.schema(fields)
+
 SOURCE_SCHEMA_DDL = (
     "subject string, data binary, headers map<string, array<string>>, stream string, seq long, "
     "timestamp timestamp, ttl string, expires_at timestamp, marker_reason string"
@@ -56,13 +62,19 @@ class BatchBuilder:
     """
 
     def __init__(self, stream: str, *, include_markers: bool = True, kv_bucket: str | None = None,
-                 max_age: float = 0.0, drop_removed_keys: bool = False) -> None:
+                 max_age: float = 0.0, drop_removed_keys: bool = False,
+                 columns: tuple[str, ...] | None = None) -> None:
         self.stream = stream
         self.include_markers = include_markers
         self.drop_removed_keys = drop_removed_keys  # a bucket's current state: DEL and PURGE rows left out
         self.kv_prefix = f"$KV.{kv_bucket}." if kv_bucket else None
         self.max_age_us = int(max_age * 1_000_000)
-        self.schema = arrow_schema(kv_bucket is not None)
+        full = arrow_schema(kv_bucket is not None)
+        self.map_type = full.field("headers").type
+        # The read's columns (source/columns.py), in order: only those are built.
+        self.schema = full if columns is None else pa_schema([full.field(name) for name in columns])
+        self.needs_headers = (not include_markers or drop_removed_keys
+                              or any(name in self.schema.names for name in _FROM_HEADERS))
         self._reset()
 
     def _reset(self) -> None:
@@ -109,6 +121,8 @@ KV_OPERATION_OF_MARKER = {"MaxAge": "PURGE", "Purge": "PURGE", "Remove": "DEL"}
 
 _DERIVED = (TTL, MARKER_REASON, KV_OPERATION)
 """The headers columns are derived from (their first value)."""
+_FROM_HEADERS = ("headers", "ttl", "expires_at", "marker_reason", "operation")
+"""The columns built from a message's header block (``expires_at`` from its TTL)."""
 
 _MAX_TTL_S = MAX_TIMESTAMP_US // 1_000_000 + 1
 """A TTL this long already ends past Spark's timestamp range: longer ones are cut to it before the
@@ -171,11 +185,16 @@ class RawBatch:
         kv_prefix = cfg.kv_prefix
         n = len(self.seqs)
         ts_type = pa.timestamp("us", tz="UTC")
+        wanted = cfg.schema.names
         times_us = pc.divide(pa.array(self.times, pa.int64()), 1000)
-        decoded = header_columns.decode(self.header_blocks, cfg.schema.field("headers").type, _DERIVED)
+        if cfg.needs_headers:
+            decoded = header_columns.decode(self.header_blocks, cfg.map_type, _DERIVED,
+                                            want_map="headers" in wanted)
+        else:  # no column comes from a header, and no row is left out by one: the blocks are not read
+            decoded = header_columns.HeaderColumns(None, {name: pa.nulls(n, pa.string()) for name in _DERIVED})
         ttls = decoded.first[TTL]
         markers = decoded.first[MARKER_REASON]
-        expires = _expiry(ttls, times_us, cfg.max_age_us)
+        ops = None
         if kv_prefix:
             # KV-Operation, else what a KV watcher makes of a server marker (null for a reason not
             # known here), else a put.
@@ -183,26 +202,25 @@ class RawBatch:
                                 pc.index_in(markers, value_set=pa.array(list(KV_OPERATION_OF_MARKER), pa.string())))
             ops = pc.coalesce(decoded.first[KV_OPERATION],
                               pc.if_else(pc.is_null(markers), pa.scalar("PUT"), of_marker))
-        columns = [
-            _strings(self.subjects),
-            pa.array(self.datas, pa.binary()),
-            decoded.headers,
-            pa.array([self.stream] * n, pa.string()),
-            pa.array(self.seqs, pa.int64()),
-            times_us.cast(ts_type),
-            ttls,
-            expires.cast(ts_type),
-            markers,
-        ]
-        if kv_prefix:
-            cut = len(kv_prefix)
-            columns.append(_strings([s[cut:] for s in self.subjects]))
-            columns.append(ops)
-        batch = pa.RecordBatch.from_arrays(columns, schema=cfg.schema)
+        make = {
+            "subject": lambda: _strings(self.subjects),
+            "data": lambda: pa.array(self.datas, pa.binary()),
+            "headers": lambda: decoded.headers,
+            "stream": lambda: pa.array([self.stream] * n, pa.string()),
+            "seq": lambda: pa.array(self.seqs, pa.int64()),
+            "timestamp": lambda: times_us.cast(ts_type),
+            "ttl": lambda: ttls,
+            "expires_at": lambda: _expiry(ttls, times_us, cfg.max_age_us).cast(ts_type),
+            "marker_reason": lambda: markers,
+            "key": lambda: _strings([s[len(kv_prefix):] for s in self.subjects]),
+            "operation": lambda: ops,
+        }
+        batch = pa.RecordBatch.from_arrays([make[name]() for name in wanted], schema=cfg.schema)
         if not cfg.include_markers and markers.null_count < n:
             # Decided on the parsed header name only: a look-alike name or value is not a marker.
             batch = batch.filter(pc.is_null(markers))
-        if cfg.drop_removed_keys and kv_prefix:
+            ops = ops.filter(pc.is_null(markers)) if ops is not None else None
+        if cfg.drop_removed_keys and ops is not None:
             # A deleted or purged key (a server marker included) is not part of the bucket's state.
-            batch = batch.filter(pc.invert(pc.is_in(batch.column("operation"), pa.array(["DEL", "PURGE"]))))
+            batch = batch.filter(pc.invert(pc.is_in(ops, pa.array(["DEL", "PURGE"]))))
         return batch
