@@ -52,3 +52,11 @@ def test_the_publisher_renames_a_frame_and_keeps_everything_else():
     assert (subject, payload, renamed[4]) == ("T.s1", b"payload", "run:S.5:abc:o3")
     assert new_block == block.replace(b"run:S.5:abc", b"run:S.5:abc:o3") and renamed[5] == len(new_block)
     assert renamed[1].startswith(b"HPUB T.s1 _INBOX.x.5 ")
+
+
+def test_a_compare_and_set_row_is_recognised_under_a_moved_copys_id():
+    """Issue #39, item 5: cas_replay reads a stored id as the row's own whatever round moved it."""
+    from pyspark_jetstream.sink.cas_replay import same_row
+
+    assert same_row("q:0:5:o2", "q:0:5") and same_row("q:0:5", "q:0:5:o1") and same_row("q:0:5:o1", "q:0:5:o3")
+    assert not same_row("q:0:50", "q:0:5") and not same_row("q:0:5:o1", "q:0:50") and not same_row(None, "q:0:5")
