@@ -32,11 +32,17 @@ def _frames(buffer: bytes):
         buffer = rest[tlen + 2:]
 
 
-def _msg_id(block: bytes) -> str:
+def _header(block: bytes, name: str) -> str | None:
     for line in block.decode().split("\r\n"):
-        if line.startswith("Nats-Msg-Id: "):
-            return line[len("Nats-Msg-Id: "):]
-    raise AssertionError(block)
+        if line.startswith(f"{name}: "):
+            return line[len(name) + 2:]
+    return None
+
+
+def _msg_id(block: bytes) -> str:
+    msg_id = _header(block, "Nats-Msg-Id")
+    assert msg_id is not None, block
+    return msg_id
 
 
 class _Reply:
@@ -73,6 +79,13 @@ class FakeClusteredStream:
             if fate == DROP:
                 continue
             duplicate = msg_id in self.ids
+            expected = _header(block, "Nats-Expected-Last-Subject-Sequence")
+            last = max((seq for seq, m in self.messages.items() if m[0] == subject), default=0)
+            if not duplicate and expected is not None and int(expected) != last:
+                refusal = {"error": {"code": 400, "err_code": 10071, "description": f"wrong last sequence: {last}"},
+                           "stream": STREAM, "seq": 0}
+                loop.call_soon(self.handler, [(reply.encode(), b"", json.dumps(refusal).encode(), None)])
+                continue
             if not duplicate:
                 self.last_seq += 1
                 self.ids[msg_id] = self.last_seq
@@ -113,11 +126,14 @@ def _install(monkeypatch, fake: FakeClusteredStream) -> None:
     monkeypatch.setattr(publisher_module, "QUIET", 0.1)  # the quiet period, short: the fake answers at once
 
 
-def _out_frames(pub: Publisher, subject: str, count: int) -> list[tuple]:
-    """``count`` frames to ``subject`` in the OutFrame layout, with ids ``r:<position>``."""
+def _out_frames(pub: Publisher, subject: str, count: int, expect: dict[int, int] | None = None) -> list[tuple]:
+    """``count`` frames to ``subject`` in the OutFrame layout, with ids ``r:<position>``; ``expect``: the
+    last subject sequence some of them expect (position -> sequence)."""
     out = []
     for position in range(count):
-        block = f"NATS/1.0\r\nNats-Msg-Id: r:{position}\r\n\r\n".encode()
+        condition = "" if position not in (expect or {}) else \
+            f"Nats-Expected-Last-Subject-Sequence: {expect[position]}\r\n"
+        block = f"NATS/1.0\r\nNats-Msg-Id: r:{position}\r\n{condition}\r\n".encode()
         payload = str(position).encode()
         frame = hpub_frame(subject, f"{pub.reply_prefix}{position}", block, payload)
         out.append((position, frame, subject, None, f"r:{position}", len(block), len(payload)))
@@ -182,3 +198,31 @@ def test_frames_answered_in_one_round_are_checked_for_order_before_anything_is_f
     pub = asyncio.run(asyncio.wait_for(write(), 30))
     assert (fake.payloads("S.a"), fake.payloads("S.b")) == ([b"0", b"1"], [b"2"])
     assert pub.reordered == 1
+
+
+def test_a_compare_and_set_frame_is_sent_again_only_behind_what_precedes_it_in_the_task(monkeypatch):
+    """Issue #39, item 4: row 0 creates key k (expects its subject to hold nothing), rows 1 and 2 put k. The create
+    is lost with the old leader, the puts are stored. Sent again as it was, the create was refused (the key
+    exists: wrong last sequence) although it succeeds in the task's order: the puts stored ahead of it are
+    moved first, and it goes out ahead of them."""
+
+    def script(msg_id: str, copy: int) -> str:
+        return DROP if msg_id == "r:0" and copy == 1 else STORE
+
+    fake = FakeClusteredStream(script)
+    _install(monkeypatch, fake)
+
+    async def write() -> Publisher:
+        pub = await Publisher(fake, max_pending=16, ack_timeout=10.0, idempotent=True, ordered_stream=STREAM,
+                              bucket=True).start()
+        try:
+            await pub.publish(_out_frames(pub, "$KV.B.k", 3, expect={0: 0}))
+            await pub.drain()
+        finally:
+            await pub.close()
+        return pub
+
+    pub = asyncio.run(asyncio.wait_for(write(), 30))
+    assert pub.failures == []
+    assert fake.payloads("$KV.B.k") == [b"0", b"1", b"2"]
+    assert pub.reordered == 2

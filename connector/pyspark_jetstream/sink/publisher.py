@@ -47,7 +47,7 @@ from dataclasses import dataclass
 
 from ..client.nats_internals import raw_subscribe, raw_unsubscribe
 from ..errors import AckTimeoutError, JetStreamConnectorError
-from ..protocol.headers import parse_status
+from ..protocol.headers import EXPECTED_LAST_SUBJECT_SEQUENCE, parse_status
 from ..protocol.puback import DUPLICATE, ERROR, may_be_plain, parse_puback
 
 RETRY_503_INTERVAL = 0.25
@@ -63,6 +63,16 @@ QUIET = 0.5
 """Seconds without any reply after which an ordered recovery takes the frames still unanswered as lost."""
 
 _ACK_SEQ = re.compile(rb'"seq"\s*:\s*(\d+)')
+
+
+_CONDITIONAL = f"\r\n{EXPECTED_LAST_SUBJECT_SEQUENCE}:".encode()
+
+
+def _conditional(sent: tuple) -> bool:
+    """Whether a frame (OutFrame layout) expects its subject's last sequence (a compare-and-set)."""
+    frame, header_len, payload_len = sent[1], sent[5], sent[6]
+    end = len(frame) - 2 - payload_len
+    return _CONDITIONAL in frame[end - header_len:end]
 
 
 def _status_of(headers: bytes | None) -> int:
@@ -317,30 +327,42 @@ class Publisher:
             unanswered = sorted((t for t in self._pending if t in self._inflight), key=lambda t: self._inflight[t][0])
             if unanswered:
                 unanswered = await self._find_stored(unanswered)
+            stored = [reorder.Stored(t, e[1], e[2], e[3]) for t, e in self._stored_recent.items()]
             if unanswered:
                 self._rounds += 1
-                await self._send_again(unanswered)
+                # A compare-and-set frame goes out only in its subject's order (reorder.in_place).
+                now, first = reorder.in_place((reorder.Unanswered(t, self._inflight[t][0], self._inflight[t][2],
+                                                                  _conditional(self._inflight[t]))
+                                               for t in unanswered), stored)
+                again, first_sends = await self._move(first)
+                now = sorted(now + again, key=lambda t: self._inflight[t][0])
+                await self._send_again(now, first_sends)
                 continue  # their answers, then the order check
-            stored = [reorder.Stored(t, e[1], e[2], e[3]) for t, e in self._stored_recent.items()]
             moved = reorder.ahead(stored)
             if not moved:
                 return
             self._rounds += 1
-            again, first_sends = [], {}
-            for frame in moved:
-                entry = self._stored_recent.pop(frame.token)
-                deleted = await self._delete(frame.seq)
-                if not deleted and not self._bucket:
-                    self.left_out_of_order += 1  # the stream keeps it where it is: counted, never stored twice
-                    continue
-                self.stored -= 1
-                self.reordered += 1
-                self._inflight[frame.token] = self._renamed(entry[4])
-                again.append(frame.token)
-                first_sends[frame.token] = entry[0]
+            again, first_sends = await self._move(moved)
             if not again:
                 return
             await self._send_again(again, first_sends)
+
+    async def _move(self, frames: list) -> tuple[list[str], dict[str, int]]:
+        """Delete the stored copies of ``frames`` (:class:`.reorder.Stored`) and make them ready to send again
+        under a new id: (their tokens, their first send numbers). A copy the stream will not delete stays."""
+        again, first_sends = [], {}
+        for frame in frames:
+            entry = self._stored_recent.pop(frame.token)
+            deleted = await self._delete(frame.seq)
+            if not deleted and not self._bucket:
+                self.left_out_of_order += 1  # the stream keeps it where it is: counted, never stored twice
+                continue
+            self.stored -= 1
+            self.reordered += 1
+            self._inflight[frame.token] = self._renamed(entry[4])
+            again.append(frame.token)
+            first_sends[frame.token] = entry[0]
+        return again, first_sends
 
     async def _find_stored(self, tokens: list[str]) -> list[str]:
         """Which of the unanswered frames ``tokens`` the stream holds after all (stored, and the PubAck lost
