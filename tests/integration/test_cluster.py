@@ -10,12 +10,14 @@ must hold every source sequence exactly once, and the query must go on.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import os
 import signal
 from concurrent.futures import ThreadPoolExecutor
 
+import nats
 import nats.errors
 import pytest
 from pyspark.sql import functions as F
@@ -252,3 +254,98 @@ def test_each_subjects_order_holds_through_leader_step_downs_at_full_rate(nats_c
     finally:
         client.api(f"STREAM.DELETE.{stream}")
         client.close()
+
+
+def test_the_lookup_of_frames_whose_puback_was_lost_waits_for_the_streams_new_leader(nats_cluster):
+    """Issue #39, item 2: after a leader change the ordered publisher looks in the stream for the frames whose
+    PubAck was lost with the old leader (``_find_stored``: STREAM.INFO, then a headers-only consumer). Right
+    then the stream may have no leader yet: nothing answers its STREAM.INFO (observed: 408s for about 6 s
+    after its leader is killed). Those requests are asked again until the lookup's deadline, as every other
+    request is, instead of failing the task with the repair half done."""
+    from pyspark_jetstream.sink.replay_guard import stored_sequences
+
+    stream = "LOOKUP"
+    client = SyncNats(nats_cluster.url)
+    try:
+        with contextlib.suppress(Exception):
+            client.api(f"STREAM.DELETE.{stream}")
+        client.add_stream(stream, [f"{stream}.>"], storage="file", num_replicas=3)
+        for i in range(5):
+            client.publish_raw(f"{stream}.a", f"NATS/1.0\r\nNats-Msg-Id: id{i}\r\n\r\n".encode(), b"x")
+        leader = nats_cluster.node_named(_leader(client, stream))
+        follower = next(node for node in nats_cluster.nodes if node is not leader)
+
+        async def look() -> dict[str, int]:
+            nc = await nats.connect(follower.url)
+            try:
+                return await stored_sequences(nc, stream, "$JS.API", 1, {"id1", "id3"}, deadline=60)
+            finally:
+                await nc.close()
+
+        leader.stop(kill=True)
+        try:
+            found = asyncio.run(look())
+        finally:
+            leader.start()
+            nats_cluster.wait_for_jetstream()
+        assert found == {"id1": 2, "id3": 4}
+    finally:
+        with contextlib.suppress(Exception):
+            client.api(f"STREAM.DELETE.{stream}")
+        client.close()
+
+
+def test_the_lookup_of_frames_whose_puback_was_lost_waits_for_a_quorum(nats_cluster):
+    """Issue #39, item 2, the consumer: with two of three nodes gone the stream's leader still answers STREAM.INFO,
+    but no consumer can be created (the JetStream meta group has no quorum: the create gets no reply). The
+    lookup's CONSUMER.CREATE is asked again until the nodes are back, within the lookup's deadline."""
+    from concurrent.futures import ThreadPoolExecutor as Pool
+
+    from pyspark_jetstream.sink.replay_guard import stored_sequences
+
+    stream = "LOOKUPQ"
+    client = SyncNats(nats_cluster.url)
+    try:
+        with contextlib.suppress(Exception):
+            client.api(f"STREAM.DELETE.{stream}")
+        client.add_stream(stream, [f"{stream}.>"], storage="file", num_replicas=3)
+        for i in range(5):
+            client.publish_raw(f"{stream}.a", f"NATS/1.0\r\nNats-Msg-Id: id{i}\r\n\r\n".encode(), b"x")
+        leader = nats_cluster.node_named(_leader(client, stream))
+        others = [node for node in nats_cluster.nodes if node is not leader]
+
+        async def look() -> dict[str, int]:
+            nc = await nats.connect(leader.url)
+            try:
+                return await stored_sequences(nc, stream, "$JS.API", 1, {"id1", "id3"}, deadline=60)
+            finally:
+                await nc.close()
+
+        watch = SyncNats(leader.url)  # sees each consumer create the lookup sends
+        creates: list[str] = []
+
+        async def seen(msg) -> None:
+            creates.append(msg.subject)
+
+        watch.run(watch.nc.subscribe(f"$JS.API.CONSUMER.CREATE.{stream}.>", cb=seen))
+        for node in others:
+            node.stop(kill=True)
+        try:
+            with Pool(1) as pool:
+                lookup = pool.submit(asyncio.run, look())
+                # The nodes stay away until the first create went unanswered and was asked again.
+                wait_until(lambda: lookup.done() or len(creates) >= 2, timeout=60, what="a consumer create asked again")
+                for node in others:
+                    node.start()
+                found = lookup.result(timeout=120)
+        finally:
+            for node in others:
+                node.start()
+            nats_cluster.wait_for_jetstream()
+            watch.close()
+        assert found == {"id1": 2, "id3": 4}
+    finally:
+        with contextlib.suppress(Exception):
+            client.api(f"STREAM.DELETE.{stream}")
+        client.close()
+

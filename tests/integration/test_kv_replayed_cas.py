@@ -204,3 +204,22 @@ def test_a_micro_batch_of_compare_and_set_rows_replayed_past_the_window_is_store
     assert replayed.exception() is None, str(replayed.exception())[:3000]
     assert [p["batchId"] for p in replayed.recentProgress if p["numInputRows"]] == [last]
     assert _state(nats_client, bucket) == first
+
+
+def test_a_refused_row_whose_stored_copy_was_moved_back_into_order_is_found(nats_server, nats_client, stream_name):
+    """Issue #39, item 5: an ordered write that repaired a key's order after a leader change deleted the row's
+    first copy and stored it again as ``<id>:o1`` (sink/reorder.py). A replay of the row past the duplicate
+    window is refused (the key moved on) and must be counted as stored: the key's last message carries the
+    row under the moved copy's id."""
+    from pyspark_jetstream.sink.cas_replay import stored_already
+
+    bucket = f"b{stream_name.lower()}"
+    kv = _bucket(nats_client, bucket, SHORT_NS)
+    stream, subject = kvp.stream_name(bucket), f"{kvp.subject_prefix(bucket)}u"
+    first = nats_client.publish_raw(subject, b"NATS/1.0\r\nNats-Msg-Id: R:0:5\r\n\r\n", b"new")
+    nats_client.api(f"STREAM.MSG.DELETE.{stream}", {"seq": first["seq"], "no_erase": True})
+    nats_client.publish_raw(subject, b"NATS/1.0\r\nNats-Msg-Id: R:0:5:o1\r\n\r\n", b"new")
+    _past_the_window(nats_client, stream, SHORT_NS)
+    found = nats_client.run(stored_already(nats_client.nc, stream, [(subject, "R:0:5", 1), (subject, "R:0:6", 1)]))
+    assert found == [True, False]
+    assert latest(nats_client, kv, "u") == b"new"

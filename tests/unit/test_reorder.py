@@ -52,3 +52,26 @@ def test_the_publisher_renames_a_frame_and_keeps_everything_else():
     assert (subject, payload, renamed[4]) == ("T.s1", b"payload", "run:S.5:abc:o3")
     assert new_block == block.replace(b"run:S.5:abc", b"run:S.5:abc:o3") and renamed[5] == len(new_block)
     assert renamed[1].startswith(b"HPUB T.s1 _INBOX.x.5 ")
+
+
+def test_a_compare_and_set_row_is_recognised_under_a_moved_copys_id():
+    """Issue #39, item 5: cas_replay reads a stored id as the row's own whatever round moved it."""
+    from pyspark_jetstream.sink.cas_replay import same_row
+
+    assert same_row("q:0:5:o2", "q:0:5") and same_row("q:0:5", "q:0:5:o1") and same_row("q:0:5:o1", "q:0:5:o3")
+    assert not same_row("q:0:50", "q:0:5") and not same_row("q:0:5:o1", "q:0:50") and not same_row(None, "q:0:5")
+
+
+def test_a_compare_and_set_frame_goes_out_first_of_its_subject_with_what_is_stored_after_it_moved():
+    """Issue #39, item 4 (reorder.in_place): unanswered frames (position, subject, conditional) and stored ones."""
+    from pyspark_jetstream.sink.reorder import Unanswered, in_place
+
+    unanswered = [Unanswered(str(p), p, s, c) for p, s, c in
+                  [(0, "k", True), (3, "k", False), (4, "k", True), (5, "k", False), (1, "j", False), (6, "j", True)]]
+    stored = _stored([(2, "k", 10), (7, "k", 11), (8, "j", 12)])
+    send, move = in_place(unanswered, stored)
+    # k: the create at 0 goes with 3; the frame at 4 waits (3 is not in place yet), and 5 behind it; k's stored
+    # frames after 0 move first. j: its first unanswered frame is unconditional: as before, nothing moves first.
+    assert sorted(send, key=int) == ["0", "1", "3"]
+    assert [f.position for f in move] == [2, 7]
+    assert in_place([Unanswered("0", 0, "k", False)], stored) == (["0"], [])

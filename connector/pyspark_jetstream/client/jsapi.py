@@ -16,8 +16,9 @@ import asyncio
 import base64
 import datetime as _dt
 import json
-from collections.abc import Iterator
-from typing import Any, NamedTuple
+import time
+from collections.abc import Awaitable, Callable, Iterator
+from typing import Any, NamedTuple, TypeVar
 
 from ..errors import JetStreamApiError
 
@@ -51,6 +52,25 @@ def retry_delays() -> Iterator[float]:
     while True:
         yield delay
         delay = min(delay * 2, 5.0)
+
+
+T = TypeVar("T")
+
+
+async def retrying(call: Callable[[float], Awaitable[T]], deadline: float, timeout: float = 10.0) -> T:
+    """``call(timeout)``, asked again after :func:`retry_delays` while it fails transiently (:func:`is_transient`:
+    a stream leader being elected answers nothing, a JetStream without quorum answers 503) until ``deadline``
+    (a :func:`time.monotonic` instant), when the last failure is raised. Each attempt waits at most
+    ``timeout`` for its reply, and never past the deadline (but at least a second)."""
+    delays = retry_delays()
+    while True:
+        try:
+            return await call(max(1.0, min(timeout, deadline - time.monotonic())))
+        except Exception as exc:
+            delay = next(delays)
+            if not is_transient(exc) or time.monotonic() + delay > deadline:
+                raise
+            await asyncio.sleep(delay)
 
 
 async def request(nc, api: str, body: dict[str, Any] | None = None, timeout: float = 10.0,
@@ -98,9 +118,9 @@ def server_version(nc) -> tuple[int, int, int] | None:
         return None
 
 
-async def stream_info(nc, stream: str, prefix: str = API_PREFIX) -> dict[str, Any] | None:
+async def stream_info(nc, stream: str, prefix: str = API_PREFIX, timeout: float = 10.0) -> dict[str, Any] | None:
     """``STREAM.INFO`` reply, or ``None`` when the stream does not exist."""
-    return await request_unless(ERR_STREAM_NOT_FOUND, nc, f"STREAM.INFO.{stream}", prefix=prefix)
+    return await request_unless(ERR_STREAM_NOT_FOUND, nc, f"STREAM.INFO.{stream}", timeout=timeout, prefix=prefix)
 
 
 async def stream_subjects(nc, stream: str, filters: tuple[str, ...] = (),
@@ -178,12 +198,12 @@ class StoredMessage(NamedTuple):
 
 
 async def next_message(nc, stream: str, seq: int, filters: tuple[str, ...] = (),
-                       prefix: str = API_PREFIX) -> StoredMessage | None:
+                       prefix: str = API_PREFIX, timeout: float = 10.0) -> StoredMessage | None:
     """The first message at or after ``seq`` matching ``filters`` (all when empty), or None."""
     found: list[StoredMessage] = []
     for subject in filters or (">",):
         reply = await request_unless(ERR_NO_MESSAGE_FOUND, nc, f"STREAM.MSG.GET.{stream}",
-                                     {"seq": seq, "next_by_subj": subject}, prefix=prefix)
+                                     {"seq": seq, "next_by_subj": subject}, timeout, prefix)
         if reply is None:
             continue
         m = reply["message"]

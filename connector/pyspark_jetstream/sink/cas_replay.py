@@ -17,6 +17,10 @@ So a row refused with 10071 that carries a ``Nats-Msg-Id`` is looked for, and co
    :func:`~pyspark_jetstream.protocol.kv.duplicate_probe_headers`): a row replaced since;
 3. one of the key's older messages carries it (buckets with history > 1: a walk by subject).
 
+Ids are compared as rows (:func:`same_row`): a row an ordered write moved back into its key's order after
+a leader change is stored under its id with a ``:o<round>`` suffix (:mod:`.reorder`), its first copy
+deleted; the duplicate window is asked for the row's own id, which its first copy carried.
+
 Otherwise the refusal stands, as for any stale row. What this cannot see: a row stored by an
 earlier attempt, past the duplicate window, whose message the bucket no longer holds (replaced by
 later values of its key beyond the bucket's history, purged, expired): it is refused (docs/kv.md).
@@ -34,11 +38,18 @@ from ..client import jsapi
 from ..logs import get_logger
 from ..protocol import kv
 from ..protocol.puback import parse_puback
+from .reorder import base_id
 
 log = get_logger("sink")
 
 WINDOW = 256
 """Rows looked for at once (their requests pipelined on the task's connection)."""
+
+
+def same_row(stored_id: str | None, msg_id: str) -> bool:
+    """Whether a message stored with ``stored_id`` is the row published as ``msg_id``: the same id once a
+    copy moved back into order (``:o<round>``, :func:`~.reorder.base_id`) is read as the row's own."""
+    return stored_id is not None and base_id(stored_id) == base_id(msg_id)
 
 
 async def stored_already(nc: Any, stream: str, rows: list[tuple[str, str, int]], prefix: str = jsapi.API_PREFIX,
@@ -53,9 +64,9 @@ async def stored_already(nc: Any, stream: str, rows: list[tuple[str, str, int]],
     async def one(subject: str, msg_id: str, expected: int) -> bool:
         async with gate:
             last = await jsapi.last_message_of_subject(nc, stream, subject, prefix)  # None: the key holds nothing
-            if last is not None and kv.msg_id_of(last[1]) == msg_id:
+            if last is not None and same_row(kv.msg_id_of(last[1]), msg_id):
                 return True
-            if await in_duplicate_window(nc, subject, msg_id, never, timeout):  # a value replaced or expired since
+            if await in_duplicate_window(nc, subject, base_id(msg_id), never, timeout):  # a value replaced or expired since
                 return True
             return (last is not None and history != 1
                     and await among_older(nc, stream, subject, msg_id, expected + 1, last[0], prefix))
@@ -94,7 +105,7 @@ async def among_older(nc: Any, stream: str, subject: str, msg_id: str, first: in
         message = reply["message"]
         if int(message["seq"]) >= last:
             return False
-        if kv.msg_id_of(base64.b64decode(message.get("hdrs") or "")) == msg_id:
+        if same_row(kv.msg_id_of(base64.b64decode(message.get("hdrs") or "")), msg_id):
             return True
         seq = int(message["seq"]) + 1
     return False

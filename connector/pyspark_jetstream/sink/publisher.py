@@ -47,7 +47,7 @@ from dataclasses import dataclass
 
 from ..client.nats_internals import raw_subscribe, raw_unsubscribe
 from ..errors import AckTimeoutError, JetStreamConnectorError
-from ..protocol.headers import parse_status
+from ..protocol.headers import EXPECTED_LAST_SUBJECT_SEQUENCE, parse_status
 from ..protocol.puback import DUPLICATE, ERROR, may_be_plain, parse_puback
 
 RETRY_503_INTERVAL = 0.25
@@ -63,6 +63,16 @@ QUIET = 0.5
 """Seconds without any reply after which an ordered recovery takes the frames still unanswered as lost."""
 
 _ACK_SEQ = re.compile(rb'"seq"\s*:\s*(\d+)')
+
+
+_CONDITIONAL = f"\r\n{EXPECTED_LAST_SUBJECT_SEQUENCE}:".encode()
+
+
+def _conditional(sent: tuple) -> bool:
+    """Whether a frame (OutFrame layout) expects its subject's last sequence (a compare-and-set)."""
+    frame, header_len, payload_len = sent[1], sent[5], sent[6]
+    end = len(frame) - 2 - payload_len
+    return _CONDITIONAL in frame[end - header_len:end]
 
 
 def _status_of(headers: bytes | None) -> int:
@@ -96,7 +106,10 @@ class Publisher:
         self._ordered = ordered_stream is not None and idempotent and self._retry_503
         self._stream, self._api_prefix, self._bucket = ordered_stream, api_prefix, bucket
         self._send_no = 0
-        self._pending: dict[str, int] = {}  # ordered: token -> send number, oldest first (resends move to the end)
+        # ordered: token -> the number of the frame's first send, oldest first. A resend keeps it: what may be
+        # forgotten (_forget_settled) and where a lost PubAck's frame is looked for (_find_stored) depend on
+        # when the frame was first sent, not on when it was last resent.
+        self._pending: dict[str, int] = {}
         self._stored_recent: dict[str, tuple] = {}  # ordered: token -> (send no, position, subject, seq, sent)
         self._max_seq = 0  # ordered: the highest stream sequence a PubAck gave
         self._floors: collections.deque[tuple[int, int]] = collections.deque()  # (first send no, _max_seq then)
@@ -228,12 +241,10 @@ class Publisher:
     def _on_ordered_ack(self, token: str, data: bytes, headers: bytes | None) -> None:
         """An ordered publisher's reply: stored acks are remembered with their sequence (a recovery may
         move them); one that overtakes an older frame, and any 503, start a recovery."""
-        send_no = self._pending.pop(token, None)
         if not data and _status_of(headers) == 503 and token in self._inflight:
-            if send_no is not None:
-                self._pending[token] = send_no  # still unanswered: the recovery sends it again
-            self._trouble()
+            self._trouble()  # still unanswered, in its place: the recovery sends it again
             return
+        send_no = self._pending.pop(token, None)
         sent = self._inflight.get(token)
         if sent is not None and send_no is not None and data and not token.startswith(DEAD_LETTER_TAG):
             found = _ACK_SEQ.search(data)
@@ -265,8 +276,14 @@ class Publisher:
         self._stored_recent[token] = (send_no, sent[0], sent[2], seq, sent)
 
     def _forget_settled(self) -> None:
-        """Stored frames older than every unanswered one can never need moving, nor their send's floor
-        (``_find_stored``) be needed: forget them (memory stays bounded by the frames in flight)."""
+        """Stored frames sent before every unanswered one can never need moving, nor their send's floor
+        (``_find_stored``) be needed: forget them (memory stays bounded by the frames in flight).
+
+        Only between recoveries: then every frame stored is in its subject's order (the last recovery
+        ended calm, and a PubAck that overtakes an older frame starts a new one). Within a recovery, frames
+        stored ahead of an earlier one of their subject may not have been checked yet (:func:`.reorder.ahead`
+        runs once nothing is unanswered): forgetting them there, behind a resend still unanswered, lost
+        their order silently (issue #39)."""
         oldest = next(iter(self._pending.values()), None)
         floors = self._floors
         if oldest is None:
@@ -305,32 +322,47 @@ class Publisher:
 
         while True:
             await self._quiet()
+            for token in [t for t in self._pending if t not in self._inflight]:
+                del self._pending[token]  # settled another way (a refusal the server sent as -ERR)
             unanswered = sorted((t for t in self._pending if t in self._inflight), key=lambda t: self._inflight[t][0])
             if unanswered:
                 unanswered = await self._find_stored(unanswered)
+            stored = [reorder.Stored(t, e[1], e[2], e[3]) for t, e in self._stored_recent.items()]
             if unanswered:
                 self._rounds += 1
-                await self._send_again(unanswered)
+                # A compare-and-set frame goes out only in its subject's order (reorder.in_place).
+                now, first = reorder.in_place((reorder.Unanswered(t, self._inflight[t][0], self._inflight[t][2],
+                                                                  _conditional(self._inflight[t]))
+                                               for t in unanswered), stored)
+                again, first_sends = await self._move(first)
+                now = sorted(now + again, key=lambda t: self._inflight[t][0])
+                await self._send_again(now, first_sends)
                 continue  # their answers, then the order check
-            stored = [reorder.Stored(t, e[1], e[2], e[3]) for t, e in self._stored_recent.items()]
             moved = reorder.ahead(stored)
             if not moved:
                 return
             self._rounds += 1
-            again = []
-            for frame in moved:
-                entry = self._stored_recent.pop(frame.token)
-                deleted = await self._delete(frame.seq)
-                if not deleted and not self._bucket:
-                    self.left_out_of_order += 1  # the stream keeps it where it is: counted, never stored twice
-                    continue
-                self.stored -= 1
-                self.reordered += 1
-                self._inflight[frame.token] = self._renamed(entry[4])
-                again.append(frame.token)
+            again, first_sends = await self._move(moved)
             if not again:
                 return
-            await self._send_again(again)
+            await self._send_again(again, first_sends)
+
+    async def _move(self, frames: list) -> tuple[list[str], dict[str, int]]:
+        """Delete the stored copies of ``frames`` (:class:`.reorder.Stored`) and make them ready to send again
+        under a new id: (their tokens, their first send numbers). A copy the stream will not delete stays."""
+        again, first_sends = [], {}
+        for frame in frames:
+            entry = self._stored_recent.pop(frame.token)
+            deleted = await self._delete(frame.seq)
+            if not deleted and not self._bucket:
+                self.left_out_of_order += 1  # the stream keeps it where it is: counted, never stored twice
+                continue
+            self.stored -= 1
+            self.reordered += 1
+            self._inflight[frame.token] = self._renamed(entry[4])
+            again.append(frame.token)
+            first_sends[frame.token] = entry[0]
+        return again, first_sends
 
     async def _find_stored(self, tokens: list[str]) -> list[str]:
         """Which of the unanswered frames ``tokens`` the stream holds after all (stored, and the PubAck lost
@@ -341,9 +373,8 @@ class Publisher:
         read of the stream after the highest sequence acked before the oldest of them was sent."""
         from .replay_guard import stored_sequences
 
-        oldest = min(self._pending[t] for t in tokens)
-        self._forget_settled()
-        floor = self._floors[0][1] if self._floors and self._floors[0][0] <= oldest else 0
+        oldest = min(self._pending[t] for t in tokens)  # their first sends: a resend keeps the number
+        floor = max((seq for first, seq in self._floors if first <= oldest), default=0)
         wanted = {self._inflight[t][4]: t for t in tokens if self._inflight[t][4]}
         if not wanted:
             return tokens
@@ -370,11 +401,12 @@ class Publisher:
                 return
             await asyncio.sleep(QUIET / 5)
 
-    async def _send_again(self, tokens: list[str]) -> None:
-        for token in tokens:
-            self._send_no += 1
-            self._pending.pop(token, None)
-            self._pending[token] = self._send_no
+    async def _send_again(self, tokens: list[str], first_sends: dict[str, int] | None = None) -> None:
+        """Send ``tokens`` again, in this order. Unanswered ones keep their place among the pending;
+        ``first_sends`` numbers the others (moved frames: their PubAck had come)."""
+        if first_sends:
+            self._pending.update(first_sends)
+            self._pending = dict(sorted(self._pending.items(), key=lambda item: item[1]))
         self._done.clear()
         self.resent += len(tokens)
         self._last_reply = time.monotonic()
@@ -559,11 +591,18 @@ class Publisher:
             await self._send(b"".join(sent[1] for sent in chunk))
 
     async def drain(self) -> None:
-        """Wait until every published frame has its PubAck (or ``ackTimeout`` passes without progress)."""
+        """Wait until every published frame has its PubAck (or ``ackTimeout`` passes without progress),
+        and an ordered recovery under way has ended: the PubAck that empties the window can come before
+        its order check, which may move frames yet."""
         self._last_progress = time.monotonic()
-        if self._inflight:
-            self._done.clear()
-            await self._wait(self._done, "end of partition")
+        while True:
+            if self._inflight:
+                self._done.clear()
+                await self._wait(self._done, "end of partition")
+            elif not self._may_send.is_set():
+                await self._wait(self._may_send, "recovering the order after a leader change")
+            else:
+                return
 
     async def abort(self) -> None:
         """Close after the task failed: frames nats-py still holds (the connection is down) are

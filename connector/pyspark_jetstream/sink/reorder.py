@@ -67,3 +67,40 @@ def ahead(stored: Iterable[Stored]) -> list[Stored]:
                 break
             top = f.seq
     return sorted(out, key=lambda f: f.position)
+
+
+@dataclass(frozen=True)
+class Unanswered:
+    """A frame to send again: its place in the task, its subject, and whether it expects its subject's last
+    sequence (``Nats-Expected-Last-Subject-Sequence``: a KV create or ``expected_revision``, ``sequenceBy``)."""
+
+    token: str
+    position: int
+    subject: str
+    conditional: bool
+
+
+def in_place(unanswered: Iterable[Unanswered], stored: Iterable[Stored]) -> tuple[list[str], list[Stored]]:
+    """(the frames to send again now, the stored frames to move first). A frame that expects its subject's last
+    sequence holds only in the task's order: sent again behind frames of its subject stored ahead of it, it
+    would be refused (wrong last sequence) although it succeeds in the task's order. So it goes out only as
+    the first unanswered frame of its subject (later ones of the subject wait for the next round), and the
+    frames of its subject stored after it in the task are moved first (deleted, and sent again behind it in
+    the same batch). Unconditional frames go out as before; what lands ahead of them is moved afterwards
+    (:func:`ahead`)."""
+    by_subject: dict[str, list[Unanswered]] = {}
+    for u in sorted(unanswered, key=lambda u: u.position):
+        by_subject.setdefault(u.subject, []).append(u)
+    later: dict[str, list[Stored]] = {}
+    for s in stored:
+        later.setdefault(s.subject, []).append(s)
+    send: list[str] = []
+    move: list[Stored] = []
+    for subject, frames in by_subject.items():
+        for i, f in enumerate(frames):
+            if f.conditional and i > 0:
+                break  # an earlier frame of its subject is not in place yet: the next round sends it
+            send.append(f.token)
+        if frames[0].conditional:
+            move.extend(s for s in later.get(subject, ()) if s.position > frames[0].position)
+    return send, sorted(move, key=lambda f: f.position)

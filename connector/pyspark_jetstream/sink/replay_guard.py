@@ -365,8 +365,11 @@ async def stored_ids(nc: Any, plan: GuardPlan, run: str, after: int, end: int, d
 async def stored_sequences(nc: Any, stream: str, api_prefix: str, after: int, wanted: set[str],
                            deadline: float) -> dict[str, int]:
     """Where ``stream`` holds the messages whose ``Nats-Msg-Id`` is in ``wanted``, among those after
-    ``after`` up to its last one now: ``{id: sequence}`` (the publisher's PubAcks lost with a leader)."""
-    info = await jsapi.stream_info(nc, stream, api_prefix)
+    ``after`` up to its last one now: ``{id: sequence}`` (the publisher's PubAcks lost with a leader).
+    Asked right after a leader change, every request here may meet a stream still without a leader (no
+    reply) or a JetStream without quorum (503): each is asked again until ``deadline`` seconds passed."""
+    give_up = time.monotonic() + deadline
+    info = await jsapi.retrying(lambda timeout: jsapi.stream_info(nc, stream, api_prefix, timeout), give_up)
     end = int(info["state"].get("last_seq", 0)) if info else 0
     found: dict[str, int] = {}
 
@@ -376,7 +379,7 @@ async def stored_sequences(nc: Any, stream: str, api_prefix: str, after: int, wa
             found[msg_id] = seq
         return len(found) == len(wanted)
 
-    await scan_headers(nc, stream, api_prefix, after, end, deadline, visit)
+    await scan_headers(nc, stream, api_prefix, after, end, max(give_up - time.monotonic(), 1.0), visit)
     return found
 
 
@@ -384,19 +387,22 @@ async def scan_headers(nc: Any, stream: str, api_prefix: str, after: int, end: i
                        visit: Any) -> int:
     """Read ``stream``'s messages in ``(after, end]``, headers only, with an ephemeral consumer, giving each
     to ``visit(msg, seq)`` (True: stop); returns how many were read. Ends early only when the stream's
-    leader confirms nothing is left (:func:`_nothing_left`); fails after ``deadline`` seconds."""
+    leader confirms nothing is left (:func:`_nothing_left`); fails after ``deadline`` seconds (requests that
+    meet no leader or no quorum are asked again until then, :func:`~pyspark_jetstream.client.jsapi.retrying`)."""
     if end <= after:
         return 0
+    give_up = time.monotonic() + deadline
     name = f"sparkjs_guard_{uuid.uuid4().hex[:16]}"
     config = {"name": name, "deliver_policy": "by_start_sequence", "opt_start_seq": after + 1,
               "ack_policy": "none", "headers_only": True, "mem_storage": True, "num_replicas": 1,
               "inactive_threshold": 30 * 10**9}
-    await jsapi.request(nc, f"CONSUMER.CREATE.{stream}.{name}", {"stream_name": stream, "config": config},
-                        prefix=api_prefix)
+    # A create asked again after a lost reply finds its consumer made, with this config: the same answer.
+    await jsapi.retrying(lambda timeout: jsapi.request(
+        nc, f"CONSUMER.CREATE.{stream}.{name}", {"stream_name": stream, "config": config}, timeout, api_prefix),
+        give_up)
     queue: asyncio.Queue = asyncio.Queue()
     inbox = nc.new_inbox()
     sub = await nc.subscribe(inbox, cb=queue.put)
-    give_up = time.monotonic() + deadline
     seen = after
     read = 0
     try:
@@ -416,7 +422,7 @@ async def scan_headers(nc: Any, stream: str, api_prefix: str, after: int, end: i
                 except asyncio.TimeoutError:
                     break  # the pull expired: ask again
                 if not msg.reply:  # a status (408 expired, 404 none): done, or the replica still catching up
-                    if await _nothing_left(nc, stream, api_prefix, seen, end):
+                    if await _nothing_left(nc, stream, api_prefix, seen, end, give_up):
                         return read
                     break
                 got += 1
@@ -426,7 +432,7 @@ async def scan_headers(nc: Any, stream: str, api_prefix: str, after: int, end: i
                 read += 1
                 if visit(msg, seen):
                     return read
-                if pending == 0 and await _nothing_left(nc, stream, api_prefix, seen, end):
+                if pending == 0 and await _nothing_left(nc, stream, api_prefix, seen, end, give_up):
                     return read
     finally:
         await sub.unsubscribe()
@@ -437,7 +443,7 @@ async def scan_headers(nc: Any, stream: str, api_prefix: str, after: int, end: i
     return read
 
 
-async def _nothing_left(nc: Any, stream: str, api_prefix: str, seen: int, end: int) -> bool:
+async def _nothing_left(nc: Any, stream: str, api_prefix: str, seen: int, end: int, give_up: float) -> bool:
     """Whether the stream's leader holds no message after ``seen`` up to ``end``.
 
     The consumer's ``pending`` (and a pull that expires empty) speak for the replica holding
@@ -447,7 +453,8 @@ async def _nothing_left(nc: Any, stream: str, api_prefix: str, seen: int, end: i
     bucket copy). ``STREAM.MSG.GET`` is answered by the leader."""
     if seen >= end:
         return True
-    following = await jsapi.next_message(nc, stream, seen + 1, prefix=api_prefix)
+    following = await jsapi.retrying(
+        lambda timeout: jsapi.next_message(nc, stream, seen + 1, prefix=api_prefix, timeout=timeout), give_up)
     return following is None or following.seq > end
 
 
