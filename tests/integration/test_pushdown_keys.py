@@ -8,11 +8,11 @@ from __future__ import annotations
 import pytest
 from pyspark.sql import functions as F
 
-from pyspark_jetstream.spark_api import PUSHDOWN, PUSHDOWN_CONF
+from pyspark_jetstream.spark_api import PUSHDOWN_CONF, scoped_pushdown
 
 from .test_direct_get import RELAY_PREFIX, _Relay
 
-pytestmark = pytest.mark.skipif(not PUSHDOWN, reason="this PySpark has no filter pushdown for Python sources")
+pytestmark = pytest.mark.skipif(not scoped_pushdown(), reason="pushed filters narrow a read from PySpark 4.2 on")
 
 
 @pytest.fixture
