@@ -113,3 +113,46 @@ def test_python_workers_killed_mid_read_are_retried_exactly_once(nats_server, na
     assert _duplicates_dropped(stderr) > 0  # rows published before the kill were sent again and dropped
     datas = sorted(int(m.data) for m in nats_client.messages(target))
     assert datas == list(range(1, count + 1))
+
+
+def test_a_retry_puts_back_in_order_what_its_failed_attempt_stored_past_a_hole(nats_server, nats_client,
+                                                                              stream_name, tmp_path):
+    """Issue #39: a task attempt that dies after a subject's later rows were stored, and not an earlier
+    one, leaves its retry to finish the order. Here the target refuses row 100 (larger than its
+    ``max_msg_size``) while the rows behind it are stored; the attempt fails; the test raises the limit
+    while the retry waits at a gate. The retry publishes row 100, and its subject's rows stored after it
+    in the task are deleted and published again behind it: every subject holds its rows in the task's
+    order, each once, as written."""
+    from .jobs.task_retry_job import HOLE_ROW, hole_data
+
+    target = stream_name
+    nats_client.add_stream(target, [f"{target.lower()}.>"], max_msg_size=1024)
+    proc = subprocess.Popen(_job("hole", nats_server, "-", target, tmp_path), start_new_session=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_until(lambda: (tmp_path / "retrying").exists() or proc.poll() is not None, timeout=240,
+                   what="the failed task's retry reached its gate")
+        assert proc.poll() is None, proc.stderr.read()[-3000:]
+        # The failed attempt left a hole: row 100 is not stored, rows of its subject behind it are.
+        first = {int(m.data.split(b":", 1)[0]) for m in nats_client.messages(target)}
+        assert HOLE_ROW not in first and {HOLE_ROW + 3, HOLE_ROW + 6} <= first, sorted(first)
+        config = nats_client.stream_config(target)
+        reply = nats_client.api(f"STREAM.UPDATE.{target}", {**config, "max_msg_size": -1})
+        assert "error" not in reply, reply
+        (tmp_path / "release").touch()
+        _, stderr = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(30)
+    assert proc.returncode == 0, stderr[-3000:]
+    assert "exceeds maximum allowed" in stderr, stderr[-3000:]  # the first attempt failed on the refusal
+    stored = nats_client.messages(target)
+    for k in range(3):
+        subject = f"{target.lower()}.k{k}"
+        got = [(m.subject, m.data) for m in stored if m.subject == subject]
+        want = [(subject, hole_data(i).encode()) for i in range(k, 300, 3)]
+        assert got == want, ([int(data.split(b":", 1)[0]) for _, data in got], stderr[-3000:])
+    assert len(stored) == 300
+    moved = re.search(r"(\d+) messages moved back into their subject's order", stderr)
+    assert moved and int(moved.group(1)) > 0, stderr[-3000:]  # rows of its subject stored behind it moved

@@ -94,8 +94,11 @@ class AckFailure:
 
 
 class Publisher:
+    _move_base = 0  # see __init__
+
     def __init__(self, nc, *, max_pending: int, ack_timeout: float, idempotent: bool = False,
-                 ordered_stream: str | None = None, api_prefix: str = "$JS.API", bucket: bool = False) -> None:
+                 ordered_stream: str | None = None, api_prefix: str = "$JS.API", bucket: bool = False,
+                 move_base: int = 0) -> None:
         self._nc = nc
         self._idempotent = idempotent
         # 503 means "between leaders" only where there are leaders to elect.
@@ -119,6 +122,10 @@ class Publisher:
         self._recovery: asyncio.Task | None = None
         self._last_reply = time.monotonic()
         self._rounds = 0
+        # Moved copies are numbered from here (``:o<move_base + round>``): a retried attempt numbers its own
+        # apart from its predecessors' (retry_order), whose copies it may delete while the server still
+        # remembers their ids.
+        self._move_base = move_base
         self._again = False
         self.reordered = 0  # messages deleted and published again in their subject's order
         self.left_out_of_order = 0  # ... that the stream would not let the sink delete
@@ -412,6 +419,21 @@ class Publisher:
         self._last_reply = time.monotonic()
         await self._send(b"".join(self._inflight[t][1] for t in tokens))  # progress is a PubAck, not a resend
 
+    def moved_copy(self, sent: tuple) -> tuple:
+        """``sent`` (OutFrame layout) under this attempt's own moved id (``:o<move_base>``): a retried attempt
+        publishes it behind a row its predecessor left missing, then deletes the copy stored ahead
+        (:meth:`delete_stored`, :mod:`.retry_order`)."""
+        return self._renamed(sent, self._move_base)
+
+    async def delete_stored(self, seqs: list[int]) -> int:
+        """Delete the messages at ``seqs`` of the target (no erase), asked again while it has no leader; how
+        many it would not delete (``deny_delete``)."""
+        refused = 0
+        for i in range(0, len(seqs), 256):  # a few hundred requests at a time
+            kept = await asyncio.gather(*(self._delete(seq) for seq in seqs[i:i + 256]))
+            refused += sum(1 for deleted in kept if not deleted)
+        return refused
+
     async def _delete(self, seq: int) -> bool:
         from ..client import jsapi
         from ..errors import JetStreamApiError
@@ -430,15 +452,15 @@ class Publisher:
         raise JetStreamConnectorError(f"Could not delete message {seq} of stream '{self._stream}' to put it back in "
                                       "its subject's order after a leader change: the stream answered no delete.")
 
-    def _renamed(self, sent: tuple) -> tuple:
-        """``sent`` under a new id (:func:`~.reorder.moved_id`): its stored copy was deleted, and the server
-        would take the old id for a duplicate."""
+    def _renamed(self, sent: tuple, number: int | None = None) -> tuple:
+        """``sent`` under a new id (:func:`~.reorder.moved_id`, numbered ``number``, else by this round): its
+        stored copy was deleted (or is to be), and the server would take the old id for a duplicate."""
         from ..protocol.frames import hpub_frame, parse_hpub_frame
         from . import reorder
 
         position, frame, subject, ttl, msg_id, _, payload_len = sent[:7]
         _, block, payload = parse_hpub_frame(frame)
-        new_id = reorder.moved_id(msg_id, self._rounds)
+        new_id = reorder.moved_id(msg_id, self._move_base + self._rounds if number is None else number)
         block = block.replace(f"Nats-Msg-Id: {msg_id}\r\n".encode(), f"Nats-Msg-Id: {new_id}\r\n".encode(), 1)
         new_frame = hpub_frame(subject, f"{self.reply_prefix}{position}", block, payload)
         return (position, new_frame, subject, ttl, new_id, len(block), payload_len, *sent[7:])

@@ -18,7 +18,8 @@ sequence (``upto``).
 * a replay or a retry (a record of another attempt, or a retried task): it reads the target's
   messages, headers only, in the window where an earlier attempt of the run can have stored
   anything, and keeps the ids of this run (``<run>:`` prefixed); rows whose id is among them are
-  not published again (counted as ``already stored``). The window starts at the earliest
+  not published again (counted as ``already stored``), unless an earlier row of their subject is
+  missing: then they are moved behind it (:mod:`.retry_order`). The window starts at the earliest
   recorded position of the run's earlier attempts (all partitions: a retried ``save()`` may
   split its rows otherwise) and ends at what their records say: ``upto`` for an attempt that
   finished, else the first message stored after its last heartbeat plus :data:`HEARTBEAT` and
@@ -42,7 +43,8 @@ import base64
 import json
 import time
 import uuid
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..client import jsapi
@@ -147,11 +149,12 @@ class Attempt:
 
     replay: bool
     after: int
-    stored: frozenset[str] = frozenset()
+    stored: Mapping[str, tuple[int, ...]] = field(default_factory=dict)  # id -> its copies' sequences
     record: Record | None = None  # what this task puts while it publishes (heartbeats, then done)
     scanned: int = 0  # the target's messages read to find ``stored``
     window: tuple[int, int] | None = None  # the sequences read: (after, end]
     superseded: Superseded | None = None  # rows stored and then replaced by later ones of their subject
+    deny_delete: bool = False  # the target refuses deletes: rows stored out of order stay (retry_order)
 
 
 def _subject(plan: GuardPlan, run: str, partition: int) -> str:
@@ -214,7 +217,7 @@ async def _replay(nc: Any, plan: GuardPlan, run: str, subject: str, earlier: Rec
     record = Record(earlier.after, mine.attempt, prior_end=end)
     await put_record(nc, plan, subject, record)
     return Attempt(replay=True, after=first, stored=stored, record=record, scanned=scanned, window=(first, end),
-                   superseded=superseded)
+                   superseded=superseded, deny_delete=bool((info.get("config") or {}).get("deny_delete")))
 
 
 async def _target_last(nc: Any, plan: GuardPlan) -> int:
@@ -342,24 +345,26 @@ async def finished(nc: Any, plan: GuardPlan, run: str, partition: int, record: R
 
 
 async def stored_ids(nc: Any, plan: GuardPlan, run: str, after: int, end: int, deadline: float,
-                     superseded: Superseded | None = None) -> tuple[frozenset[str], int]:
+                     superseded: Superseded | None = None) -> tuple[dict[str, tuple[int, ...]], int]:
     """The ``Nats-Msg-Id``s starting with ``<run>:`` among the target's messages in ``(after, end]``,
-    and how many messages were read: an ephemeral headers-only consumer. Each is also given to
-    ``superseded`` with its subject (which earlier rows of the run it replaced)."""
+    each (without a moved copy's suffix) with the sequences of its copies (a retry that finds a hole
+    in a subject moves the copies behind it: :mod:`.retry_order`), and how many messages were read:
+    an ephemeral headers-only consumer. Each is also given to ``superseded`` with its subject (which
+    earlier rows of the run it replaced)."""
     prefix = f"{run}:"
-    found: set[str] = set()
+    found: dict[str, tuple[int, ...]] = {}
 
     def visit(msg: Any, seq: int) -> bool:
         msg_id = (msg.headers or {}).get("Nats-Msg-Id")
         if msg_id and msg_id.startswith(prefix):
             own = base_id(msg_id)  # a message moved back into order carries a suffix (reorder)
-            found.add(own)
+            found[own] = found.get(own, ()) + (seq,)
             if superseded is not None:
                 superseded.add(msg.subject, own, (msg.headers or {}).get("Nats-Rollup") == "sub")
         return False
 
     read = await scan_headers(nc, plan.target_stream, plan.api_prefix, after, end, deadline, visit)
-    return frozenset(found), read
+    return found, read
 
 
 async def stored_sequences(nc: Any, stream: str, api_prefix: str, after: int, wanted: set[str],

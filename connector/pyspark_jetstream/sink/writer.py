@@ -224,6 +224,12 @@ class WriteTask:
         self.expired = self.markers_skipped = self.already_stored = 0
         self.recreated: set[int] = set()  # positions of KV creates put again after a tombstone (once each)
         self._streams_near: dict[str, list[tuple[str, list[str]]] | None] = {}  # see _where_subjects_go
+        self.retry_order = None  # a replay with order=subject: rows stored past a missing one move (retry_order)
+        self.move_base = 0  # ... numbering this attempt's moved copies apart from its predecessors'
+        self.deny_delete = False
+        self.stale: list[tuple[int, tuple[int, ...]]] = []  # (position, copies to delete once it is stored)
+        self.refused: set[int] = set()  # positions the server refused (their stale copies stay)
+        self.moved = self.left_in_place = 0  # rows moved behind a missing one; ... that could not be moved
         self.already = self._replayed()
         self.sequenced = None  # option 'sequenceBy': rows are reduced per key first (sequenced_write)
         self.order = None  # order=none, rows as read: where a subject's source order arrived broken (order_check)
@@ -251,17 +257,18 @@ class WriteTask:
             return await Publisher(
                 nc, max_pending=opts.max_pending_acks, ack_timeout=opts.ack_timeout, idempotent=opts.idempotent,
                 ordered_stream=ordered, api_prefix=opts.api_prefix, bucket=opts.bucket is not None,
+                move_base=self.move_base,
             ).start()
 
         self.pub = runtime.run(open_publisher())
 
-    def _replayed(self) -> frozenset[str]:
+    def _replayed(self) -> Any:
         """The ids an earlier attempt of this run already stored in the target (``replay_guard``); the
         record of this attempt is then renewed while the task publishes (:meth:`_end_guard` ends it)."""
         guard = self.plan.guard
         self._guard_beat = self._guard_record = self.superseded = None
         if guard is None or self.msg_ids is None:
-            return frozenset()
+            return {}
         from pyspark import TaskContext
 
         from . import replay_guard
@@ -285,6 +292,16 @@ class WriteTask:
         self.guard_scanned = attempt.scanned
         self._guard_record = attempt.record
         self.superseded = attempt.superseded if attempt.superseded else None
+        if attempt.replay and self.opts.order == "subject":
+            import hashlib
+
+            from .retry_order import RetryOrder
+
+            self.retry_order = RetryOrder(attempt.stored)
+            self.deny_delete = attempt.deny_delete
+            # :o<number> of this attempt's moved copies, apart from its predecessors' (whose ids the server
+            # may still remember) and from the rounds of its own leader-change repairs (publisher).
+            self.move_base = int(hashlib.sha256(attempt_id.encode()).hexdigest()[:10], 16) * 1000
 
         async def beat() -> None:
             nc = await runtime.connection(self.opts.connection)
@@ -392,7 +409,9 @@ class WriteTask:
         if encoded.rejected:
             self.divert(encoded.rejected)
         frames = encoded.frames
-        if self.already and frames:
+        if self.retry_order is not None and frames:
+            frames = self._in_order_behind(frames)
+        elif self.already and frames:
             kept = [f for f in frames if f[4] not in self.already]  # OutFrame.msg_id
             if self.superseded is not None:  # stored, then replaced by later rows of their subject
                 kept = [f for f in kept if not self.superseded.covers(f[2], f[4])]  # OutFrame.subject
@@ -400,6 +419,58 @@ class WriteTask:
             frames = kept
         if frames:
             runtime.run(self.pub.publish(frames))
+
+    def _in_order_behind(self, frames: list[tuple]) -> list[tuple]:
+        """A replay with ``order=subject``: the frames to publish, walked in the task's order
+        (:mod:`.retry_order`): a row stored in place is skipped (counted as already stored); from the first
+        row of a subject missing on, every row of it is published, the stored ones under this attempt's
+        moved id, their old copies deleted once the new ones are stored (:meth:`_delete_stale`). A target
+        that refuses deletes keeps them where they are (counted, as the publisher's repair does), and so
+        does a compare-and-set row (sent again behind the missing one it would be refused)."""
+        from .publisher import _conditional
+
+        order, superseded, pub = self.retry_order, self.superseded, self.pub
+        bucket = self.opts.bucket is not None
+        out = []
+        for f in frames:
+            subject, msg_id = f[2], f[4]  # OutFrame.subject, .msg_id
+            if msg_id is None:
+                out.append(f)
+                continue
+            if superseded is not None and msg_id not in self.already and superseded.covers(subject, msg_id):
+                self.already_stored += 1  # stored, then replaced by later rows of its subject
+                continue
+            place = order.place(subject, msg_id)
+            if not place.publish:
+                self.already_stored += 1
+                if place.stale and not self.deny_delete:
+                    self.stale.append((-1, place.stale))  # a second copy: its copy in place is stored already
+                continue
+            if not place.moved:
+                out.append(f)
+                continue
+            if (self.deny_delete and not bucket) or _conditional(f):
+                self.already_stored += 1
+                self.left_in_place += 1
+                continue
+            out.append(pub.moved_copy(f))
+            self.moved += 1
+            if not self.deny_delete:
+                self.stale.append((f[0], place.stale))
+        return out
+
+    def _delete_stale(self) -> None:
+        """Delete the copies that moved rows left ahead of a missing one, now that every new copy has its
+        PubAck (a row the server refused keeps its old copy: never none)."""
+        seqs = [seq for position, copies in self.stale if position not in self.refused for seq in copies]
+        self.stale = []
+        if not seqs:
+            return
+        refused = runtime.run(self.pub.delete_stored(seqs), timeout=max(60.0, self.opts.ack_timeout * 2))
+        self.left_in_place += refused
+        log.info("JetStream sink: partition %d moved %d rows stored by an earlier attempt of run %s behind a row of "
+                 "their subject it had left missing (%d old copies deleted)", self.partition, self.moved,
+                 self.msg_ids.run if self.msg_ids is not None else "?", len(seqs) - refused)
 
     def divert(self, rejections: list[RowRejection], originals: dict[int, bytes] | None = None) -> None:
         """Publish dead letters for ``rejections`` (``originals``: the header blocks they were sent
@@ -430,6 +501,7 @@ class WriteTask:
         failures = runtime.run(take())
         if not failures:
             return False
+        self.refused.update(f.position for f in failures if not f.dead_letter)
         dead = [f for f in failures if f.dead_letter]
         if dead:
             f = dead[0]
@@ -571,6 +643,7 @@ class WriteTask:
         runtime.run(self.pub.drain())
         while self.settle():  # creates put again, dead letters: drained and settled in turn
             runtime.run(self.pub.drain())
+        self._delete_stale()
         self._end_guard(finished=True)
         pub = self.pub
         return SinkCommitMessage(partition=self.partition, published=pub.stored, duplicates=pub.duplicates,
@@ -579,8 +652,9 @@ class WriteTask:
                                  older_in_write=self.sequenced.older_in_write if self.sequenced else 0,
                                  older_than_stored=self.sequenced.older_than_stored if self.sequenced else 0,
                                  out_of_order=self.order.behind if self.order is not None else 0,
-                                 subjects=self.sample, reordered=pub.reordered,
-                                 left_out_of_order=pub.left_out_of_order, unpositioned=self.unpositioned or 0,
+                                 subjects=self.sample, reordered=pub.reordered + self.moved,
+                                 left_out_of_order=pub.left_out_of_order + self.left_in_place,
+                                 unpositioned=self.unpositioned or 0,
                                  run=self.msg_ids.run if self.msg_ids is not None else None,
                                  query_id=self.query_id, query_name=self.query_name)
 
@@ -641,9 +715,11 @@ def log_totals(messages: Iterable[Any], batch_id: int | None = None, target: str
            "superseded by a newer row in the write)" if totals["older_in_write"] or totals["older_than_stored"]
            else "")
         + (f", {totals['reordered']} messages moved back into their subject's order after a stream leader change "
-           "(deleted and published again)" if totals["reordered"] else "")
+           "or behind a row a failed attempt left missing (deleted and published again)" if totals["reordered"]
+           else "")
         + (f", {totals['left_out_of_order']} messages stored ahead of an earlier one of their subject during a leader "
-           "change that the stream would not let the sink delete (it denies deletes: allow them to keep the order)"
+           "change or a failed attempt that the stream would not let the sink delete (it denies deletes: allow them "
+           "to keep the order)"
            if totals["left_out_of_order"] else "")
         + (f", {totals['unpositioned']} rows published in the order they arrived, without the column 'seq': if "
            "they are a copy of a JetStream read through a shuffle, each subject's order was not kept (keep the "

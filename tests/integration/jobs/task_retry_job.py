@@ -8,6 +8,12 @@ Usage: python task_retry_job.py MODE SERVERS SOURCE_STREAM TARGET_STREAM GATE_DI
 - ``read``: SOURCE_STREAM -> JetStream TARGET_STREAM; on the first attempt, the
   partition holding sequence 15000 stops at a gate (``GATE_DIR/reached``) until
   the test has killed Python workers and created ``GATE_DIR/release``.
+- ``hole``: 300 rows on three subjects (``<target>.k<id % 3>``), in one task, with
+  the default ``order=subject``; row 100 is larger than the test's target stream
+  takes (``max_msg_size``), so the first attempt has it refused after the rows behind
+  it are stored, and fails. Its retry waits at a gate (``GATE_DIR/retrying``) until the
+  test has raised the limit and created ``GATE_DIR/release``. With a ``writeId``: the retry
+  finds what its first attempt stored by the replay records (sink/replay_guard.py).
 """
 
 import os
@@ -48,6 +54,42 @@ def gate_first_attempt(reached, release):
     return gate
 
 
+HOLE_ROW = 100
+HOLE_PAD = "x" * 2000
+
+
+def hole_data(value: int) -> str:
+    """What row ``value`` of the ``hole`` mode carries (the test compares it field by field)."""
+    return f"{value}:{HOLE_PAD}" if value == HOLE_ROW else str(value)
+
+
+def gate_retried_attempt(retrying, release):
+    def gate(batches):
+        import time
+
+        from pyspark import TaskContext
+
+        if TaskContext.get().attemptNumber() > 0:
+            open(retrying, "w").close()
+            deadline = time.monotonic() + 120
+            while not os.path.exists(release) and time.monotonic() < deadline:
+                time.sleep(0.05)
+        yield from batches
+
+    return gate
+
+
+def write_hole(spark, servers: str, target: str, gate_dir: str) -> None:
+    rows = spark.range(0, 300, numPartitions=1)
+    gate = gate_retried_attempt(os.path.join(gate_dir, "retrying"), os.path.join(gate_dir, "release"))
+    rows = rows.mapInArrow(gate, rows.schema)
+    data = F.udf(hole_data)("id")
+    (rows.select(F.concat(F.lit(f"{target.lower()}.k"), (F.col("id") % 3).cast("string")).alias("subject"),
+                 data.alias("data"))
+     .write.format("jetstream").option("servers", servers).option("stream", target)
+     .option("writeId", f"hole-{target}").mode("append").save())
+
+
 def main(mode: str, servers: str, source: str, target: str, gate_dir: str) -> None:
     spark = (
         SparkSession.builder.master("local[2,4]").appName(f"task-retry-{mode}")
@@ -56,6 +98,10 @@ def main(mode: str, servers: str, source: str, target: str, gate_dir: str) -> No
         .getOrCreate()
     )
     spark.sparkContext.setLogLevel("ERROR")
+    if mode == "hole":
+        write_hole(spark, servers, target, gate_dir)
+        spark.stop()
+        return
     if mode == "write":
         rows = spark.range(0, 4000, numPartitions=2).select(
             F.udf(fail_first_attempt, LongType())("id").alias("id"))
