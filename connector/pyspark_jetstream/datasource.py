@@ -27,11 +27,6 @@ class JetStreamDataSource(DataSource):
         # every planner of it, so the token tells two scans of one relation apart from two relations
         # (source/pushdown_registry.py).
         self.relation = uuid.uuid4().hex
-        from .spark_api import user_schema_at_load
-
-        given = user_schema_at_load()
-        if given is not None:  # a read's schema (.schema(...)): checked here, at load()
-            self._columns(given)
 
     @classmethod
     def name(cls) -> str:

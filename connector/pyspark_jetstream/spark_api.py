@@ -161,21 +161,3 @@ def execution_query_id() -> str | None:
     context = TaskContext.get()
     return context.getLocalProperty(QUERY_ID_PROPERTY) if context is not None else None
 
-
-_CREATE_DATA_SOURCE = "pyspark.sql.worker.create_data_source"
-
-
-def user_schema_at_load() -> object | None:
-    """The schema a user gave the read (``.schema(...)``), seen while Spark creates the data source at
-    ``load()``: PySpark 4.0 to 4.3 create it in ``pyspark.sql.worker.create_data_source``, whose
-    ``main`` holds it as ``user_specified_schema`` and does not hand it to the instance (nor call
-    ``schema()`` then). Checking it there makes a wrong schema fail at ``load()``, not at the first
-    action. None when no schema was given, or when the caller is another (then ``reader()`` checks)."""
-    import sys
-
-    frame = sys._getframe(1)
-    while frame is not None:
-        if _module_of(frame.f_globals) == _CREATE_DATA_SOURCE and "user_specified_schema" in frame.f_locals:
-            return frame.f_locals["user_specified_schema"]
-        frame = frame.f_back
-    return None
