@@ -32,7 +32,7 @@ import datetime as dt
 from dataclasses import dataclass
 from typing import Any
 
-from ..protocol.subjects import intersect, is_publish_subject
+from ..protocol.subjects import can_be_stored, intersect, is_publish_subject
 
 _ONE_US = dt.timedelta(microseconds=1)
 _NEVER_NULL = {"subject", "seq", "timestamp", "stream"}
@@ -84,14 +84,18 @@ def _column(f: Any) -> str | None:
 
 def literal_subject(value: Any) -> str | None | bool:
     """``value`` as a subject a consumer filter names exactly: the subject; False when no message
-    can have it as its subject (not a string a client can publish to, e.g. whitespace or an empty
-    token: a filter for it keeps nothing); None when unsure (a wildcard character anywhere, or
-    U+FFFD, which stands for bytes that are not UTF-8)."""
+    can have it as its subject (an empty token, or an ASCII space, tab, CR or LF: a filter for it keeps
+    nothing); None when unsure (a wildcard character anywhere; U+FFFD, which stands for bytes that are
+    not UTF-8; an FF, which the server stores but refuses in a filter). Whether it is a subject is the
+    server's rule (:func:`~pyspark_jetstream.protocol.subjects.is_publish_subject`): U+3000 or U+00A0
+    are as good as letters."""
     if not isinstance(value, str):
         return None
     if "*" in value or ">" in value or "\ufffd" in value:
         return None
-    return value if is_publish_subject(value) else False
+    if is_publish_subject(value):
+        return value
+    return None if can_be_stored(value) else False
 
 
 def prefix_pattern(prefix: str) -> str | None:
