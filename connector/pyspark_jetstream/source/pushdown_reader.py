@@ -5,8 +5,9 @@ applies it to the plan of :class:`~.reader.JetStreamBatchReader`, which it plans
 pushed the filters (``pushFilters`` runs after the reader is made and before ``partitions``):
 
 - subjects (and keys) narrow the read's filter subjects, intersected with the option ``subjects``
-  (a bucket's latest view of literal keys is read by batched direct gets instead, when the bucket
-  allows them);
+  but never with the stream's configured subjects (:func:`~.filter_pushdown.narrow_subjects`); a
+  bucket's latest view of literal keys is read by batched direct gets instead, when the bucket
+  allows them;
 - a sequence range moves the start and fixes the end;
 - a time range moves the start and the end to the sequences the server finds for those times.
 
@@ -54,13 +55,13 @@ class JetStreamPushdownReader(JetStreamBatchReader):
         self._keys = None
         self._nothing = pushed.nothing
         if pushed.subjects is not None and not pushed.nothing:
-            narrowed = narrow_subjects(self.opts.filter_subjects, pushed.subjects, self.bounds.subjects)
+            narrowed = narrow_subjects(self.opts.filter_subjects, pushed.subjects)
             direct = self.snapshot and self.opts.bucket is not None and self.bounds.allow_direct
             if direct and is_literal(narrowed):
                 self._keys = narrowed
             elif len(narrowed) > MAX_PUSHED_SUBJECTS:
                 return self._apply(result.without_subjects())
-            if not narrowed:  # no subject of the stream can match
+            if not narrowed:  # the option 'subjects' and the pushed subjects share none
                 self._nothing = True
                 return result
             self.opts = dataclasses.replace(self.opts, subjects=narrowed)
