@@ -30,9 +30,10 @@ from .subject_split import MAX_FILTERS
 
 log = get_logger("source")
 
-MAX_PUSHED_SUBJECTS = 10 * MAX_FILTERS
-"""Most filter subjects a pushed filter may give a consumer read (a longer ``IN`` list is left to Spark:
-a consumer's request carries every filter subject)."""
+MAX_PUSHED_SUBJECTS = MAX_FILTERS
+"""Most filter subjects a pushed filter may give a consumer read: a longer ``IN`` list is left to Spark.
+A read by sequence range runs one consumer per partition with every filter subject, and the project keeps
+a consumer at :data:`~.subject_split.MAX_FILTERS` (nats-server #6046)."""
 
 
 class JetStreamPushdownReader(JetStreamBatchReader):
