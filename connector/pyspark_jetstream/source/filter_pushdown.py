@@ -35,6 +35,7 @@ from typing import Any
 from ..protocol.subjects import can_be_stored, intersect, is_publish_subject
 
 _ONE_US = dt.timedelta(microseconds=1)
+_LAST_TIME = dt.datetime.max.replace(tzinfo=dt.timezone.utc)
 _NEVER_NULL = {"subject", "seq", "timestamp", "stream"}
 """Columns every row has (with ``bucket``, ``key`` too): ``IsNotNull`` of them keeps every row."""
 
@@ -144,7 +145,18 @@ def _int(value: Any) -> int | None:
 def _utc(value: Any) -> dt.datetime | None:
     if not isinstance(value, dt.datetime) or value.tzinfo is None:
         return None
-    return value.astimezone(dt.timezone.utc)
+    try:
+        return value.astimezone(dt.timezone.utc)
+    except OverflowError:  # past the year 1 or 9999 in UTC: not narrowed
+        return None
+
+
+def _shifted(t: dt.datetime | None, delta: dt.timedelta) -> dt.datetime | None:
+    """``t + delta``, or None (not narrowed) past what a datetime holds (``timestamp < '0001-01-01'``)."""
+    try:
+        return None if t is None else t + delta
+    except OverflowError:
+        return None
 
 
 def translate(filters: list[Any], *, bucket: str | None, snapshot: bool,
@@ -207,8 +219,8 @@ def translate(filters: list[Any], *, bucket: str | None, snapshot: bool,
         if column == "timestamp" and not snapshot:
             returned.append(f)  # narrowing only: Spark checks the rows again
             t = _utc(getattr(f, "value", None))
-            window = {"GreaterThan": (t + _ONE_US if t else None, None), "GreaterThanOrEqual": (t, None),
-                      "LessThan": (None, t - _ONE_US if t else None), "LessThanOrEqual": (None, t),
+            window = {"GreaterThan": (_shifted(t, _ONE_US), None), "GreaterThanOrEqual": (t, None),
+                      "LessThan": (None, _shifted(t, -_ONE_US)), "LessThanOrEqual": (None, t),
                       "EqualTo": (t, t), "EqualNullSafe": (t, t)}.get(name) if t is not None else None
             if window is None:
                 continue
@@ -225,6 +237,8 @@ def translate(filters: list[Any], *, bucket: str | None, snapshot: bool,
         nothing = True
     if since is not None and until is not None and since > until:
         nothing = True
+    if until == _LAST_TIME:
+        until = None  # every time is at or before it (and the reader looks one microsecond past the end)
     pushed = Pushed(subjects, first, last, since, until, nothing)
     return Translation(pushed, tuple(returned), tuple(subject_filters))
 
