@@ -32,7 +32,7 @@ from pyspark.sql.datasource import (  # noqa: E402
     StringStartsWith,
 )
 
-from pyspark_jetstream.protocol.direct_get import BadReply, stored_block, time_ns  # noqa: E402
+from pyspark_jetstream.protocol.direct_get import BadReply, start_time, stored_block, time_ns  # noqa: E402
 from pyspark_jetstream.source.filter_pushdown import (  # noqa: E402
     Pushed,
     is_literal,
@@ -172,15 +172,15 @@ def test_without_subjects_returns_the_subject_filters():
     assert result.pushed == Pushed(first_seq=4) and list(result.returned) == [flt]
 
 
-@pytest.mark.parametrize(("base", "pushed", "stream", "narrowed"), [
-    ((), ("a.b",), ("a.>",), ("a.b",)),
-    (("$KV.B.>",), ("$KV.B.x",), ("$KV.B.>",), ("$KV.B.x",)),
-    (("a.*", "b.>"), ("a.>", "b.c"), (), ("a.*", "b.c")),
-    (("a.>",), ("b.c",), (), ()),
-    ((), ("z.x",), ("a.>",), ()),  # no subject of the stream: read nothing
+@pytest.mark.parametrize(("base", "pushed", "narrowed"), [
+    ((), ("a.b",), ("a.b",)),
+    (("$KV.B.>",), ("$KV.B.x",), ("$KV.B.x",)),
+    (("a.*", "b.>"), ("a.>", "b.c"), ("a.*", "b.c")),
+    (("a.>",), ("b.c",), ()),  # the option 'subjects' keeps none of them: read nothing
+    ((), ("z.x",), ("z.x",)),  # whatever the stream's configured subjects: it may hold others
 ])
-def test_narrowed_filter_subjects(base, pushed, stream, narrowed):
-    assert narrow_subjects(base, pushed, stream) == narrowed
+def test_narrowed_filter_subjects(base, pushed, narrowed):
+    assert narrow_subjects(base, pushed) == narrowed
 
 
 def test_literal_sets():
@@ -222,3 +222,31 @@ def test_a_reply_without_the_appended_lines_is_refused(block):
 ])
 def test_direct_get_times_to_nanoseconds(text, ns):
     assert time_ns(text) == ns
+
+
+UTC = dt.timezone.utc
+
+
+@pytest.mark.parametrize(("when", "text"), [
+    (dt.datetime(2026, 1, 2, 3, 4, 5, 6, tzinfo=UTC), "2026-01-02T03:04:05.000006Z"),
+    (dt.datetime(2026, 1, 2, 5, 4, 5, tzinfo=dt.timezone(dt.timedelta(hours=2))), "2026-01-02T03:04:05.000000Z"),
+    (dt.datetime(1677, 9, 22, tzinfo=UTC), "1677-09-22T00:00:00.000000Z"),
+    # before int64 nanoseconds begin: the first time they hold (the server wraps earlier ones)
+    (dt.datetime(1500, 1, 1, tzinfo=UTC), "1677-09-21T00:12:43.145225Z"),
+    (dt.datetime(999, 1, 1, tzinfo=UTC), "1677-09-21T00:12:43.145225Z"),
+    (dt.datetime(1, 1, 1, tzinfo=UTC), "1677-09-21T00:12:43.145225Z"),
+])
+def test_start_times_are_sent_as_the_server_parses_them(when, text):
+    assert start_time(when) == text
+    assert time_ns(text) >= -(2 ** 63)
+
+
+@pytest.mark.parametrize("flt", [
+    LessThan(TS, dt.datetime(1, 1, 1, tzinfo=UTC)),
+    GreaterThan(TS, dt.datetime.max.replace(tzinfo=UTC)),
+    LessThanOrEqual(TS, dt.datetime.max.replace(tzinfo=UTC)),
+    GreaterThanOrEqual(TS, dt.datetime(1, 1, 1, 1, tzinfo=dt.timezone(dt.timedelta(hours=2)))),
+])
+def test_times_at_the_ends_of_the_calendar_are_not_narrowed_and_never_fail(flt):
+    result = run([flt])
+    assert result.pushed == Pushed() and list(result.returned) == [flt]

@@ -21,6 +21,7 @@ from collections.abc import Awaitable, Callable, Iterator
 from typing import Any, NamedTuple, TypeVar
 
 from ..errors import JetStreamApiError
+from ..protocol.direct_get import start_time
 
 API_PREFIX = "$JS.API"
 
@@ -176,8 +177,7 @@ async def first_seq_at_or_after(nc, stream: str, when, prefix: str = API_PREFIX)
     """The first sequence stored at or after ``when`` (server-side binary search), or None."""
     if when >= LAST_NANOSECOND_TIME:
         return None
-    text = when.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-    reply = await request_unless(ERR_NO_MESSAGE_FOUND, nc, f"STREAM.MSG.GET.{stream}", {"start_time": text},
+    reply = await request_unless(ERR_NO_MESSAGE_FOUND, nc, f"STREAM.MSG.GET.{stream}", {"start_time": start_time(when)},
                                  prefix=prefix)
     return None if reply is None else int(reply["message"]["seq"])
 

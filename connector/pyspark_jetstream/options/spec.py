@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import OptionError
-from ..protocol.subjects import is_publish_subject
+from ..protocol.subjects import REFUSED, is_receivable_subject, is_valid_subject
 from ..protocol.ttl import InvalidTtl, parse_go_duration, resolve_ttl
 
 # Keys Spark itself puts into a query's options; never ours to judge. A catalog table
@@ -64,7 +64,7 @@ KAFKA_HINTS = {  # lower-cased Kafka connector option -> what JetStream users se
 }
 """Spark's Kafka connector options a user may reach for, and the JetStream option that does the job."""
 
-_STREAM_NAME_BAD = re.compile(r"[\s.*>/\\]")
+_STREAM_NAME_BAD = re.compile(f"[{re.escape(REFUSED)}.*>/\\\\]")
 
 
 class Secret:
@@ -152,15 +152,15 @@ def parse_choice(*choices: str) -> Callable[[str], str]:
 
 
 def parse_subject(raw: str) -> str:
-    if not is_publish_subject(raw):
+    if not is_receivable_subject(raw):
         raise ValueError(raw)
     return raw
 
 
 def parse_subject_filters(raw: str) -> tuple[str, ...]:
     """Comma-separated subjects; wildcards allowed (they name what a stream captures)."""
-    parts = tuple(p.strip() for p in raw.split(","))
-    if not parts or any(not p or re.search(r"\s|^\.|\.\.|\.$", p) for p in parts):
+    parts = tuple(p.strip(REFUSED) for p in raw.split(","))  # ASCII blanks only: U+3000 is part of a subject
+    if not parts or not all(is_valid_subject(p) for p in parts):
         raise ValueError(raw)
     return parts
 

@@ -80,6 +80,21 @@ def time_ns(text: str) -> int:
     return int(base.timestamp()) * 1_000_000_000 + int((fraction or "0")[:9].ljust(9, "0"))
 
 
+FIRST_NANOSECOND_TIME = dt.datetime(1677, 9, 21, 0, 12, 43, 145225, tzinfo=dt.timezone.utc)
+"""The first whole microsecond int64 nanoseconds since the epoch can hold (-2**63 ns is 43.145224192 s).
+nats-server turns a ``start_time`` into nanoseconds (Go's ``UnixNano``, undefined before it): on 2.15.1
+``1500-01-01`` and ``0999-01-01`` are answered "no message found", as if they were in the future."""
+
+
+def start_time(when: dt.datetime) -> str:
+    """``when`` (aware) as the RFC 3339 text a ``start_time`` request carries, asking for the same first
+    message: a time before :data:`FIRST_NANOSECOND_TIME` is sent as it (no message is stored earlier:
+    the server stamps int64 nanoseconds), and the year always has four digits (``strftime("%Y")`` writes
+    ``999``, which the server's parser refuses: 10025 ``cannot parse "999-01-01..." as "2006"``)."""
+    when = max(when.astimezone(dt.timezone.utc), FIRST_NANOSECOND_TIME)
+    return f"{when.year:04d}-{when:%m-%dT%H:%M:%S.%f}Z"
+
+
 def message(subject: bytes, data: bytes, block: bytes) -> DirectMessage:
     """One message of a direct-get batch (its reply subject is the inbox: the stored subject is in
     ``Nats-Subject``)."""

@@ -1,15 +1,59 @@
-"""NATS subjects: which ones a message can be published to, and which a pattern matches."""
+"""NATS subjects: which ones the server takes (judged here only, as the server judges them), and which
+a pattern matches."""
 
 from __future__ import annotations
 
 import re
 
-_NOT_PUBLISHABLE = re.compile(r"\s|(^|\.)[*>](\.|$)|^\.|\.\.|\.$")
+SEPARATORS = " \t\r\n"
+"""The client protocol's argument separators (nats-server ``parser.go`` ``splitArg``): a ``PUB``/``HPUB``
+subject ends at one, so no message the server stores has one in its subject."""
+REFUSED = SEPARATORS + "\f"
+"""What nats-server refuses inside a subject or filter (``sublist.go`` ``isValidSubject``): ASCII space,
+tab, CR, LF and FF, nothing else. Python's ``\\s`` matches far more (U+3000, U+00A0, U+2028, ``\\v``,
+``\\x1c``-``\\x1f``, ``\\x85``), all of which the server takes and stores (observed on 2.15.1)."""
+
+
+_INVALID = re.compile(f"[{re.escape(REFUSED)}]|^\\.|\\.\\.|\\.$|(^|\\.)>\\.")
+"""A refused character, an empty token, or ``>`` before the last token (one search: the sink asks per row)."""
+
+
+def is_valid_subject(subject: str) -> bool:
+    """A subject or filter as nats-server judges one (``sublist.go`` ``isValidSubject``): not empty, no
+    empty token, none of :data:`REFUSED`, ``>`` only as the last token; wildcards allowed. The one judge
+    of subject validity in the connector (options, pushdown, the sink): a consumer or stream given
+    anything else is refused (err_code 10052)."""
+    return bool(subject) and _INVALID.search(subject) is None
+
+
+def is_valid_token(token: str) -> bool:
+    """One token (no ``.``) the server accepts inside a subject, e.g. a stream name in an API subject."""
+    return "." not in token and is_valid_subject(token)
+
+
+def is_literal(subject: str) -> bool:
+    """No wildcard token (``*`` or ``>``): the subject names itself only."""
+    return not any(t in ("*", ">") for t in subject.split("."))
 
 
 def is_publish_subject(subject: str) -> bool:
-    """A subject a message can be published to: no whitespace, no wildcard or empty token."""
-    return bool(subject) and not _NOT_PUBLISHABLE.search(subject)
+    """A subject a message can be published to as the server judges it: valid and without wildcards."""
+    return is_valid_subject(subject) and is_literal(subject)
+
+
+def is_receivable_subject(subject: str) -> bool:
+    """A publish subject a nats-py client can also receive: nats-py's ``MSG``/``HMSG`` line regexes split
+    on bytes ``\\s``, which adds VT to the server's refused five, so a message stored under a subject with
+    VT is never delivered to one (this connector's reader included: the read does not end). What the
+    sink writes: a message it stores must be readable."""
+    return is_publish_subject(subject) and "\v" not in subject
+
+
+def can_be_stored(subject: str) -> bool:
+    """Whether a message may be stored under ``subject`` although it is not a valid subject: the server
+    stores a publish to a subject with FF (``a.b\\fc``, observed on 2.15.1) or with a wildcard token,
+    but never one with an empty token or a protocol separator (:data:`SEPARATORS`)."""
+    return all(t and not any(c in SEPARATORS for c in t) for t in subject.split("."))
 
 
 def subject_matches(pattern: str, subject: str) -> bool:

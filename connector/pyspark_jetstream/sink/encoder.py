@@ -53,7 +53,7 @@ from ..protocol import headers as hdrs
 from ..protocol import kv
 from ..protocol.frames import hpub_frame
 from ..protocol.headers import MSG_ID, TTL
-from ..protocol.subjects import is_publish_subject
+from ..protocol.subjects import is_receivable_subject
 from ..protocol.ttl import InvalidTtl, TtlResolver, remaining_ttl_seconds
 
 INPUT_COLUMNS = ("subject", "data", "headers", "ttl", "expires_at", "msg_id")
@@ -447,7 +447,7 @@ class BatchEncoder:
     def _subject_ok(self, subject: str) -> bool:
         ok = self._valid_subjects.get(subject)
         if ok is None:
-            ok = is_publish_subject(subject)
+            ok = is_receivable_subject(subject)
             if len(self._valid_subjects) < 100_000:
                 self._valid_subjects[subject] = ok
         return ok
@@ -583,7 +583,8 @@ class BatchEncoder:
                     payload=rows.payload(i), msg_id=generated[i]))
             elif not self._subject_ok(subject):
                 out.rejected.append(RowRejection(
-                    first + i, subject, "not a valid publish subject (empty, whitespace, wildcard or empty token)",
+                    first + i, subject, "not a valid publish subject (empty, an ASCII space, tab, CR, LF, FF or VT, a "
+                    "wildcard or an empty token)",
                     "subject", shown(subject), payload=rows.payload(i), msg_id=generated[i]))
             else:
                 subjects[i] = subject

@@ -32,9 +32,10 @@ import datetime as dt
 from dataclasses import dataclass
 from typing import Any
 
-from ..protocol.subjects import intersect, is_publish_subject
+from ..protocol.subjects import can_be_stored, intersect, is_publish_subject
 
 _ONE_US = dt.timedelta(microseconds=1)
+_LAST_TIME = dt.datetime.max.replace(tzinfo=dt.timezone.utc)
 _NEVER_NULL = {"subject", "seq", "timestamp", "stream"}
 """Columns every row has (with ``bucket``, ``key`` too): ``IsNotNull`` of them keeps every row."""
 
@@ -84,14 +85,18 @@ def _column(f: Any) -> str | None:
 
 def literal_subject(value: Any) -> str | None | bool:
     """``value`` as a subject a consumer filter names exactly: the subject; False when no message
-    can have it as its subject (not a string a client can publish to, e.g. whitespace or an empty
-    token: a filter for it keeps nothing); None when unsure (a wildcard character anywhere, or
-    U+FFFD, which stands for bytes that are not UTF-8)."""
+    can have it as its subject (an empty token, or an ASCII space, tab, CR or LF: a filter for it keeps
+    nothing); None when unsure (a wildcard character anywhere; U+FFFD, which stands for bytes that are
+    not UTF-8; an FF, which the server stores but refuses in a filter). Whether it is a subject is the
+    server's rule (:func:`~pyspark_jetstream.protocol.subjects.is_publish_subject`): U+3000 or U+00A0
+    are as good as letters."""
     if not isinstance(value, str):
         return None
     if "*" in value or ">" in value or "\ufffd" in value:
         return None
-    return value if is_publish_subject(value) else False
+    if is_publish_subject(value):
+        return value
+    return None if can_be_stored(value) else False
 
 
 def prefix_pattern(prefix: str) -> str | None:
@@ -140,7 +145,18 @@ def _int(value: Any) -> int | None:
 def _utc(value: Any) -> dt.datetime | None:
     if not isinstance(value, dt.datetime) or value.tzinfo is None:
         return None
-    return value.astimezone(dt.timezone.utc)
+    try:
+        return value.astimezone(dt.timezone.utc)
+    except OverflowError:  # past the year 1 or 9999 in UTC: not narrowed
+        return None
+
+
+def _shifted(t: dt.datetime | None, delta: dt.timedelta) -> dt.datetime | None:
+    """``t + delta``, or None (not narrowed) past what a datetime holds (``timestamp < '0001-01-01'``)."""
+    try:
+        return None if t is None else t + delta
+    except OverflowError:
+        return None
 
 
 def translate(filters: list[Any], *, bucket: str | None, snapshot: bool,
@@ -203,8 +219,8 @@ def translate(filters: list[Any], *, bucket: str | None, snapshot: bool,
         if column == "timestamp" and not snapshot:
             returned.append(f)  # narrowing only: Spark checks the rows again
             t = _utc(getattr(f, "value", None))
-            window = {"GreaterThan": (t + _ONE_US if t else None, None), "GreaterThanOrEqual": (t, None),
-                      "LessThan": (None, t - _ONE_US if t else None), "LessThanOrEqual": (None, t),
+            window = {"GreaterThan": (_shifted(t, _ONE_US), None), "GreaterThanOrEqual": (t, None),
+                      "LessThan": (None, _shifted(t, -_ONE_US)), "LessThanOrEqual": (None, t),
                       "EqualTo": (t, t), "EqualNullSafe": (t, t)}.get(name) if t is not None else None
             if window is None:
                 continue
@@ -221,15 +237,20 @@ def translate(filters: list[Any], *, bucket: str | None, snapshot: bool,
         nothing = True
     if since is not None and until is not None and since > until:
         nothing = True
+    if until == _LAST_TIME:
+        until = None  # every time is at or before it (and the reader looks one microsecond past the end)
     pushed = Pushed(subjects, first, last, since, until, nothing)
     return Translation(pushed, tuple(returned), tuple(subject_filters))
 
 
-def narrow_subjects(base: tuple[str, ...], pushed: tuple[str, ...], stream_subjects: tuple[str, ...]) -> tuple[str, ...]:
+def narrow_subjects(base: tuple[str, ...], pushed: tuple[str, ...]) -> tuple[str, ...]:
     """The filter subjects of a read whose own filters are ``base`` (none: everything), narrowed to
-    ``pushed``, without those no subject of the stream can match (``stream_subjects``; none: not
-    known, as for a mirror). Empty: the read matches nothing."""
-    narrowed = _intersect_sets(base or (">",), pushed)
-    if stream_subjects:
-        narrowed = tuple(s for s in narrowed if any(intersect(s, t) is not None for t in stream_subjects))
-    return narrowed
+    ``pushed``. Empty: the read matches nothing.
+
+    Never narrowed by the stream's configured subjects: they are not the subjects it holds. A stream
+    that sources others stores each message under its origin's subject (or its source transform's), a
+    mirror holds its origin's and has none of its own, a ``subject_transform`` stores the transformed
+    subject, and a stream whose subjects were changed keeps the messages of the old ones (all seen on
+    nats-server 2.15.1, which takes a consumer filter naming any subject). A filter no message matches
+    costs one consumer that delivers nothing."""
+    return _intersect_sets(base or (">",), pushed)

@@ -38,7 +38,17 @@ class StreamBounds:
     max_age: float = 0.0  # the stream's MaxAge in seconds when planned (0: none); bounds expires_at
     num_subjects: int = 0  # subjects holding messages (split=subject decides its grouping from it)
     subjects: tuple[str, ...] = ()  # the stream's configured subjects (empty for a mirror)
+    stores_others: bool = False  # it may hold subjects not among ``subjects``: :func:`stores_other_subjects`
     allow_direct: bool = False  # the stream answers direct gets (a KV bucket made by a KV client does)
+
+
+def stores_other_subjects(config: dict) -> bool:
+    """Whether a stream (its STREAM.INFO ``config``) stores messages under subjects its ``subjects`` do
+    not name: one with ``sources`` stores each sourced message under its origin's subject (or what the
+    source's ``subject_transforms`` make of it), a ``mirror`` holds its origin's and has no subjects of
+    its own, a ``subject_transform`` stores the transformed subject (seen on nats-server 2.15.1).
+    ``republish`` does not count: it sends a copy on, the stream stores the subject as published."""
+    return bool(config.get("sources") or config.get("mirror") or config.get("subject_transform"))
 
 
 SPLIT_SUBJECT = "subject"

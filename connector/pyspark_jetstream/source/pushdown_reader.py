@@ -5,8 +5,10 @@ it beside the whole read of :class:`~.reader.JetStreamBatchReader`, once Spark h
 filters (``pushFilters`` runs after the reader is made and before ``partitions``):
 
 - subjects (and keys) narrow the read's filter subjects, intersected with the option ``subjects``
-  (a bucket's latest view of literal keys is read by batched direct gets instead, when the bucket
-  allows them);
+  but never with the stream's configured subjects (:func:`~.filter_pushdown.narrow_subjects`: a stream
+  holds subjects its configuration does not name, sourced, mirrored, transformed or from before a
+  change of its subjects); a bucket's latest view of literal keys is read by batched direct gets
+  instead, when the bucket allows them;
 - a sequence range moves the start and fixes the end.
 
 Times are not narrowed: a clustered stream stamps each message with its leader's clock, so after a
@@ -44,9 +46,10 @@ from .subject_split import MAX_FILTERS
 
 log = get_logger("source")
 
-MAX_PUSHED_SUBJECTS = 10 * MAX_FILTERS
-"""Most filter subjects a pushed filter may give a consumer read (a longer ``IN`` list is left to Spark:
-a consumer's request carries every filter subject)."""
+MAX_PUSHED_SUBJECTS = MAX_FILTERS
+"""Most filter subjects a pushed filter may give a consumer read: a longer ``IN`` list is left to Spark.
+A read by sequence range runs one consumer per partition with every filter subject, and the project keeps
+a consumer at :data:`~.subject_split.MAX_FILTERS` (nats-server #6046)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -108,13 +111,13 @@ class JetStreamPushdownReader(JetStreamBatchReader):
         if pushed.nothing:
             return _Narrowing(opts, start, end, nothing=True)
         if pushed.subjects is not None:
-            narrowed = narrow_subjects(opts.filter_subjects, pushed.subjects, self.bounds.subjects)
-            if not narrowed:  # no subject of the stream can match
+            narrowed = narrow_subjects(opts.filter_subjects, pushed.subjects)
+            if not narrowed:  # the option 'subjects' and the pushed subjects share none
                 return _Narrowing(opts, start, end, nothing=True)
             direct = self.snapshot and opts.bucket is not None and self.bounds.allow_direct
             if direct and is_literal(narrowed):
                 keys = narrowed
-            if keys is not None or len(narrowed) <= MAX_PUSHED_SUBJECTS:
+            if keys is not None or len(narrowed) <= MAX_PUSHED_SUBJECTS:  # longer lists: Spark alone
                 opts = dataclasses.replace(opts, subjects=narrowed)
         if pushed.first_seq is not None:
             start = max(start, pushed.first_seq - 1)

@@ -42,6 +42,7 @@ from .planning import (
     offset_split,
     restart_seq,
     split_range,
+    stores_other_subjects,
     waits_for_more,
 )
 from .subject_split import ALL, MAX_GROUPS, choose_depth, needs_listing
@@ -131,17 +132,27 @@ def _bounds(opts: SourceOptions) -> StreamBounds:
                         created=reply.get("created"), max_age=int(reply["config"].get("max_age") or 0) / 1e9,
                         num_subjects=int(state.get("num_subjects") or 0),
                         subjects=tuple(reply["config"].get("subjects") or ()),
+                        stores_others=stores_other_subjects(reply["config"]),
                         allow_direct=bool(reply["config"].get("allow_direct")))
 
 
 def _check_filters(opts: SourceOptions, bounds: StreamBounds) -> None:
     """Option ``subjects``: each filter must be able to match a subject the stream takes; one that
     cannot (a typo, a bare key on a bucket) would read nothing, and a streaming query nothing forever.
-    A stream without subjects of its own (a mirror, a sourced stream) is not checked."""
-    if not opts.subjects or not bounds.subjects:
+    A stream that stores subjects its config does not name (a mirror, one with sources or a subject
+    transform: :func:`~.planning.stores_other_subjects`) is not checked, and a filter matching a message
+    the stream still holds (of subjects it took before its config changed) is kept."""
+    if not opts.subjects or not bounds.subjects or bounds.stores_others:
         return
     dead = [f for f in opts.subjects if not any(intersect(f, s) is not None for s in bounds.subjects)]
     if not dead:
+        return
+
+    async def held() -> bool:
+        nc = await runtime.connection(opts.connection)
+        return await jsapi.next_message(nc, opts.stream, 1, tuple(dead), opts.api_prefix) is not None
+
+    if _ask_server(opts, held, "The lookup of messages on the option 'subjects'"):
         return
     what = f"KV bucket '{opts.bucket}'" if opts.bucket else f"stream '{opts.stream}'"
     hint = (f" A bucket's subjects are '$KV.{opts.bucket}.<key>': filter keys as "
