@@ -256,15 +256,10 @@ def test_each_subjects_order_holds_through_leader_step_downs_at_full_rate(nats_c
         client.close()
 
 
-def test_the_lookup_of_frames_whose_puback_was_lost_waits_for_the_streams_new_leader(nats_cluster):
-    """Issue #39, item 2: after a leader change the ordered publisher looks in the stream for the frames whose
-    PubAck was lost with the old leader (``_find_stored``: STREAM.INFO, then a headers-only consumer). Right
-    then the stream may have no leader yet: nothing answers its STREAM.INFO (observed: 408s for about 6 s
-    after its leader is killed). Those requests are asked again until the lookup's deadline, as every other
-    request is, instead of failing the task with the repair half done."""
-    from pyspark_jetstream.sink.replay_guard import stored_sequences
-
-    stream = "LOOKUP"
+@contextlib.contextmanager
+def _stream_of_five_ids(nats_cluster, stream: str):
+    """An R3 stream ``stream`` holding five messages with ids ``id0`` .. ``id4`` (sequences 1 to 5): a client
+    and the node leading it; the stream deleted after."""
     client = SyncNats(nats_cluster.url)
     try:
         with contextlib.suppress(Exception):
@@ -272,27 +267,40 @@ def test_the_lookup_of_frames_whose_puback_was_lost_waits_for_the_streams_new_le
         client.add_stream(stream, [f"{stream}.>"], storage="file", num_replicas=3)
         for i in range(5):
             client.publish_raw(f"{stream}.a", f"NATS/1.0\r\nNats-Msg-Id: id{i}\r\n\r\n".encode(), b"x")
-        leader = nats_cluster.node_named(_leader(client, stream))
-        follower = next(node for node in nats_cluster.nodes if node is not leader)
-
-        async def look() -> dict[str, int]:
-            nc = await nats.connect(follower.url)
-            try:
-                return await stored_sequences(nc, stream, "$JS.API", 1, {"id1", "id3"}, deadline=60)
-            finally:
-                await nc.close()
-
-        leader.stop(kill=True)
-        try:
-            found = asyncio.run(look())
-        finally:
-            leader.start()
-            nats_cluster.wait_for_jetstream()
-        assert found == {"id1": 2, "id3": 4}
+        yield client, nats_cluster.node_named(_leader(client, stream))
     finally:
         with contextlib.suppress(Exception):
             client.api(f"STREAM.DELETE.{stream}")
         client.close()
+
+
+async def _looked_up(url: str, stream: str) -> dict[str, int]:
+    """Where ``id1`` and ``id3`` are stored, as the ordered publisher's lookup finds them through ``url``."""
+    from pyspark_jetstream.sink.replay_guard import stored_sequences
+
+    nc = await nats.connect(url)
+    try:
+        return await stored_sequences(nc, stream, "$JS.API", 1, {"id1", "id3"}, deadline=60)
+    finally:
+        await nc.close()
+
+
+def test_the_lookup_of_frames_whose_puback_was_lost_waits_for_the_streams_new_leader(nats_cluster):
+    """Issue #39, item 2: after a leader change the ordered publisher looks in the stream for the frames whose
+    PubAck was lost with the old leader (``_find_stored``: STREAM.INFO, then a headers-only consumer). Right
+    then the stream may have no leader yet: nothing answers its STREAM.INFO (observed: 408s for about 6 s
+    after its leader is killed). Those requests are asked again until the lookup's deadline, as every other
+    request is, instead of failing the task with the repair half done."""
+    stream = "LOOKUP"
+    with _stream_of_five_ids(nats_cluster, stream) as (_, leader):
+        follower = next(node for node in nats_cluster.nodes if node is not leader)
+        leader.stop(kill=True)
+        try:
+            found = asyncio.run(_looked_up(follower.url, stream))
+        finally:
+            leader.start()
+            nats_cluster.wait_for_jetstream()
+        assert found == {"id1": 2, "id3": 4}
 
 
 def test_the_lookup_of_frames_whose_puback_was_lost_waits_for_a_quorum(nats_cluster):
@@ -301,26 +309,9 @@ def test_the_lookup_of_frames_whose_puback_was_lost_waits_for_a_quorum(nats_clus
     lookup's CONSUMER.CREATE is asked again until the nodes are back, within the lookup's deadline."""
     from concurrent.futures import ThreadPoolExecutor as Pool
 
-    from pyspark_jetstream.sink.replay_guard import stored_sequences
-
     stream = "LOOKUPQ"
-    client = SyncNats(nats_cluster.url)
-    try:
-        with contextlib.suppress(Exception):
-            client.api(f"STREAM.DELETE.{stream}")
-        client.add_stream(stream, [f"{stream}.>"], storage="file", num_replicas=3)
-        for i in range(5):
-            client.publish_raw(f"{stream}.a", f"NATS/1.0\r\nNats-Msg-Id: id{i}\r\n\r\n".encode(), b"x")
-        leader = nats_cluster.node_named(_leader(client, stream))
+    with _stream_of_five_ids(nats_cluster, stream) as (_, leader):
         others = [node for node in nats_cluster.nodes if node is not leader]
-
-        async def look() -> dict[str, int]:
-            nc = await nats.connect(leader.url)
-            try:
-                return await stored_sequences(nc, stream, "$JS.API", 1, {"id1", "id3"}, deadline=60)
-            finally:
-                await nc.close()
-
         watch = SyncNats(leader.url)  # sees each consumer create the lookup sends
         creates: list[str] = []
 
@@ -332,7 +323,7 @@ def test_the_lookup_of_frames_whose_puback_was_lost_waits_for_a_quorum(nats_clus
             node.stop(kill=True)
         try:
             with Pool(1) as pool:
-                lookup = pool.submit(asyncio.run, look())
+                lookup = pool.submit(asyncio.run, _looked_up(leader.url, stream))
                 # The nodes stay away until the first create went unanswered and was asked again.
                 wait_until(lambda: lookup.done() or len(creates) >= 2, timeout=60, what="a consumer create asked again")
                 for node in others:
@@ -344,8 +335,4 @@ def test_the_lookup_of_frames_whose_puback_was_lost_waits_for_a_quorum(nats_clus
             nats_cluster.wait_for_jetstream()
             watch.close()
         assert found == {"id1": 2, "id3": 4}
-    finally:
-        with contextlib.suppress(Exception):
-            client.api(f"STREAM.DELETE.{stream}")
-        client.close()
 

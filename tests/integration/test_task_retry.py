@@ -30,6 +30,24 @@ def _duplicates_dropped(log: str) -> int:
     return int(found.group(2))
 
 
+def _kill(proc) -> None:
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(30)
+
+
+def _released(proc, tmp_path) -> str:
+    """Open the job's gate and wait for it to end (killed, with its process group, when it does not):
+    its stderr; the job must have succeeded."""
+    try:
+        (tmp_path / "release").touch()
+        _, stderr = proc.communicate(timeout=300)
+    finally:
+        _kill(proc)
+    assert proc.returncode == 0, stderr[-3000:]
+    return stderr
+
+
 def test_task_failing_after_partial_publish_is_retried_exactly_once(nats_server, nats_client, stream_name, tmp_path):
     nats_client.add_stream(stream_name, [f"{stream_name.lower()}.x"])
     done = subprocess.run(_job("write", nats_server, "-", stream_name, tmp_path), capture_output=True, text=True,
@@ -102,13 +120,10 @@ def test_python_workers_killed_mid_read_are_retried_exactly_once(nats_server, na
         assert workers, "the job's Python workers should be connected to the server"
         for pid in workers:
             os.kill(pid, signal.SIGKILL)
-        (tmp_path / "release").touch()
-        _, stderr = proc.communicate(timeout=300)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(30)
-    assert proc.returncode == 0, stderr[-3000:]
+    except BaseException:
+        _kill(proc)
+        raise
+    stderr = _released(proc, tmp_path)
     assert re.search(r"Python worker exited unexpectedly|crashed|EOFError|Connection reset", stderr), stderr[-3000:]
     assert _duplicates_dropped(stderr) > 0  # rows published before the kill were sent again and dropped
     datas = sorted(int(m.data) for m in nats_client.messages(target))
@@ -139,13 +154,10 @@ def test_a_retry_puts_back_in_order_what_its_failed_attempt_stored_past_a_hole(n
         config = nats_client.stream_config(target)
         reply = nats_client.api(f"STREAM.UPDATE.{target}", {**config, "max_msg_size": -1})
         assert "error" not in reply, reply
-        (tmp_path / "release").touch()
-        _, stderr = proc.communicate(timeout=300)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(30)
-    assert proc.returncode == 0, stderr[-3000:]
+    except BaseException:
+        _kill(proc)
+        raise
+    stderr = _released(proc, tmp_path)
     assert "exceeds maximum allowed" in stderr, stderr[-3000:]  # the first attempt failed on the refusal
     stored = nats_client.messages(target)
     for k in range(3):

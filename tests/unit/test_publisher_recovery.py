@@ -140,6 +140,22 @@ def _out_frames(pub: Publisher, subject: str, count: int, expect: dict[int, int]
     return out
 
 
+def _write(fake: FakeClusteredStream, frames_of, **options) -> Publisher:
+    """Publish what ``frames_of(pub)`` gives through a publisher on ``fake``, drained and closed: the publisher."""
+
+    async def write() -> Publisher:
+        pub = await Publisher(fake, max_pending=16, ack_timeout=10.0, idempotent=True, ordered_stream=STREAM,
+                              **options).start()
+        try:
+            await pub.publish(frames_of(pub))
+            await pub.drain()
+        finally:
+            await pub.close()
+        return pub
+
+    return asyncio.run(asyncio.wait_for(write(), 30))
+
+
 def test_a_resent_frame_answered_after_the_quiet_period_still_gets_the_frames_stored_ahead_of_it_moved(monkeypatch):
     """Issue #39, item 1: row 0 is lost with the old leader, rows 1 and 2 of its subject are stored; the
     recovery resends row 0, and the new leader stores it but its PubAck is slower than the quiet period.
@@ -154,16 +170,7 @@ def test_a_resent_frame_answered_after_the_quiet_period_still_gets_the_frames_st
     fake = FakeClusteredStream(script)
     _install(monkeypatch, fake)
 
-    async def write() -> Publisher:
-        pub = await Publisher(fake, max_pending=16, ack_timeout=10.0, idempotent=True, ordered_stream=STREAM).start()
-        try:
-            await pub.publish(_out_frames(pub, "S.a", 3))
-            await pub.drain()
-        finally:
-            await pub.close()
-        return pub
-
-    pub = asyncio.run(asyncio.wait_for(write(), 30))
+    pub = _write(fake, lambda pub: _out_frames(pub, "S.a", 3))
     assert fake.payloads("S.a") == [b"0", b"1", b"2"]
     assert pub.reordered == 2 and pub.found_after_loss == 1
 
@@ -184,18 +191,7 @@ def test_frames_answered_in_one_round_are_checked_for_order_before_anything_is_f
     fake = FakeClusteredStream(script)
     _install(monkeypatch, fake)
 
-    async def write() -> Publisher:
-        pub = await Publisher(fake, max_pending=16, ack_timeout=10.0, idempotent=True, ordered_stream=STREAM).start()
-        frames = _out_frames(pub, "S.a", 3)
-        frames[2] = _out_frames(pub, "S.b", 3)[2]
-        try:
-            await pub.publish(frames)
-            await pub.drain()
-        finally:
-            await pub.close()
-        return pub
-
-    pub = asyncio.run(asyncio.wait_for(write(), 30))
+    pub = _write(fake, lambda pub: [*_out_frames(pub, "S.a", 3)[:2], _out_frames(pub, "S.b", 3)[2]])
     assert (fake.payloads("S.a"), fake.payloads("S.b")) == ([b"0", b"1"], [b"2"])
     assert pub.reordered == 1
 
@@ -212,17 +208,7 @@ def test_a_compare_and_set_frame_is_sent_again_only_behind_what_precedes_it_in_t
     fake = FakeClusteredStream(script)
     _install(monkeypatch, fake)
 
-    async def write() -> Publisher:
-        pub = await Publisher(fake, max_pending=16, ack_timeout=10.0, idempotent=True, ordered_stream=STREAM,
-                              bucket=True).start()
-        try:
-            await pub.publish(_out_frames(pub, "$KV.B.k", 3, expect={0: 0}))
-            await pub.drain()
-        finally:
-            await pub.close()
-        return pub
-
-    pub = asyncio.run(asyncio.wait_for(write(), 30))
+    pub = _write(fake, lambda pub: _out_frames(pub, "$KV.B.k", 3, expect={0: 0}), bucket=True)
     assert pub.failures == []
     assert fake.payloads("$KV.B.k") == [b"0", b"1", b"2"]
     assert pub.reordered == 2
