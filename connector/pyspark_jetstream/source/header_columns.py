@@ -92,10 +92,14 @@ def _uniform(text: Any, map_type: Any, names: tuple[str, ...], want_map: bool = 
         prefix = raw + ":"  # its only ':' is the last: every line that starts so splits there too
         if not pc.all(pc.starts_with(column, prefix)).as_py():
             return None
+        name = raw.strip(_PY_ASCII_WHITESPACE)
+        if not want_map and name not in names:  # no map to build: only the names asked for need values
+            columns.setdefault(name, []).append(None)
+            continue
         # The text is ASCII: a byte slice is a code-unit slice, at a tenth of utf8_slice_codeunits' cost.
         after = pc.binary_slice(column.cast(pa.binary()), len(prefix), _NO_END).cast(pa.string())
         values = pc.ascii_trim(after, _PY_ASCII_WHITESPACE)
-        columns.setdefault(raw.strip(_PY_ASCII_WHITESPACE), []).append(values)
+        columns.setdefault(name, []).append(values)
     if not columns:  # no header line in any block
         return HeaderColumns(pa.nulls(n, map_type), {name: pa.nulls(n, pa.string()) for name in names})
     if not want_map:  # the map is most of the cost: a read without the headers column skips it
@@ -238,22 +242,5 @@ def decode(blocks: list[bytes | None], map_type: Any, names: tuple[str, ...], *,
     ``headers`` is then None."""
     if all(block is None for block in blocks):
         return per_row(blocks, map_type, names)
-    if not want_map:
-        firsts = _firsts_only(blocks, names)
-        if firsts is not None:
-            return HeaderColumns(None, firsts)
     return columnar(blocks, map_type, names, want_map) or per_row(blocks, map_type, names)
 
-
-def _firsts_only(blocks: list[bytes | None], names: tuple[str, ...]) -> dict[str, Any] | None:
-    """The first values of ``names`` without building the map, or None to take the full path. A name
-    that no block holds (as bytes anywhere) is null in every row at the cost of one substring scan; the
-    names that some block holds come from the full decoding (rare in data the sink writes: ``Nats-TTL``
-    only with a TTL, a marker's reason or a KV operation only on those)."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    raw = pa.array(blocks, pa.binary())
-    if any(pc.any(pc.match_substring(raw, name.encode())).as_py() for name in names):
-        return None
-    return {name: pa.nulls(len(blocks), pa.string()) for name in names}
