@@ -69,5 +69,6 @@ def test_the_documented_copy_runs_again_and_again_on_a_busy_machine(spark, nats_
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1800)  # a copy takes 2 to 6 s on a shared 2-core machine
 def test_the_documented_copy_runs_200_times_on_a_busy_machine(spark, nats_server, nats_client, stream_name):
     _copies(spark, nats_server, nats_client, stream_name, 200)
