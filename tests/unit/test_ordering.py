@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import os
 import random
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
 
 import pyarrow as pa
 import pytest
 
 from pyspark_jetstream.errors import OrderError
+from pyspark_jetstream.sink import spill_dirs
 from pyspark_jetstream.sink.ordering import PUBLISH, SORT, SortedRows, SubjectSample, decide, shared_subjects
 from pyspark_jetstream.task_notes import ReadNote, leave, take
 
@@ -143,3 +149,96 @@ def test_a_checkpoint_split_by_subject_is_kept_until_the_user_chooses():
     assert _keeps_subject_split(default, old) is True
     assert _keeps_subject_split(chosen, old) is False
     assert _keeps_subject_split(default, {**old, "split": None}) is False
+# The spill (issue #39): under Spark's local directories, removed however the task ends, swept when
+# its task was killed, and memory about order.maxBufferBytes.
+
+def _spill_folders(root):
+    return [p for p in root.iterdir() if p.name.startswith(spill_dirs.PREFIX)]
+
+
+def test_the_spill_goes_under_the_first_usable_spark_local_dir(tmp_path, monkeypatch):
+    local = tmp_path / "blockmgr-1"
+    local.mkdir()
+    monkeypatch.setenv("SPARK_LOCAL_DIRS", f"{tmp_path / 'missing'},{local}")
+    rows = SortedRows("seq", 100)
+    for k in range(5):
+        rows.add(_batch(list(range(k * 10, k * 10 + 10))))
+    assert rows.runs and all(Path(run).parent.parent == local for run in rows.runs)
+    (folder,) = _spill_folders(local)
+    assert folder.name.startswith(f"{spill_dirs.PREFIX}{os.getpid()}-none-")  # pid, task attempt (none here)
+    assert _drain(rows).num_rows == 50
+    assert not _spill_folders(local)  # removed after success
+    monkeypatch.setenv("SPARK_LOCAL_DIRS", "")
+    assert spill_dirs.spill_root() == tempfile.gettempdir()
+
+
+def test_the_spill_is_removed_when_the_consumer_fails_midway(tmp_path):
+    rows = SortedRows("seq", 100, str(tmp_path))
+    for k in range(5):
+        rows.add(_batch(list(range(k * 10, k * 10 + 10))))
+    out = rows.batches(3)
+    with pytest.raises(RuntimeError):
+        for _ in out:
+            raise RuntimeError("the publish failed")
+    out.close()  # the generator closed: its memory maps too
+    assert not rows._maps
+    rows.close()  # what the task's finally does
+    assert not _spill_folders(tmp_path)
+
+
+def test_a_folder_left_by_a_dead_process_is_swept_and_a_live_ones_kept(tmp_path):
+    done = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    dead = int(done.stdout)
+    left = tmp_path / f"{spill_dirs.PREFIX}{dead}-17-abc"
+    left.mkdir()
+    (left / "run-0.arrow").write_bytes(b"x" * 100)
+    alive = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        kept = tmp_path / f"{spill_dirs.PREFIX}{alive.pid}-18-def"
+        kept.mkdir()
+        other = tmp_path / "blockmgr-00"
+        other.mkdir()
+        SortedRows("seq", 100, str(tmp_path))  # a task's sort starts: it sweeps
+        assert not left.exists() and kept.exists() and other.exists()
+    finally:
+        alive.kill()
+        alive.wait()
+
+
+PEAK = """
+import sys
+sys.path.insert(0, {connector!r})
+import pyarrow as pa
+from pyspark_jetstream.sink.ordering import SortedRows
+buffer = {buffer}
+rows = SortedRows("seq", buffer, {directory!r})
+fed = k = 0
+while fed < 3 * buffer:  # 4 read tasks' blocks, each in order, arriving block by block (a shuffle)
+    seqs = [(k // 4) * 40_000 + i * 4 + k % 4 for i in range(10_000)]
+    batch = pa.record_batch([pa.array(seqs, pa.int64()), pa.array([b"x" * 100] * 10_000)], names=["seq", "data"])
+    fed += batch.nbytes
+    k += 1
+    rows.add(batch)
+    del batch
+last = -1
+for batch in rows.batches(4096):
+    seqs = batch.column(0).to_pylist()
+    assert seqs == sorted(seqs) and seqs[0] > last
+    last = seqs[-1]
+assert rows.runs
+rows.close()
+print(pa.default_memory_pool().max_memory())
+"""
+
+
+def test_a_sort_of_three_times_its_buffer_peaks_at_about_the_buffer(tmp_path):
+    """pyarrow's pool at its highest over a whole sort (held batches, spills, merge), in a fresh
+    interpreter: the batches held, plus one batch arriving and a merge round (about 1/16 of the buffer)."""
+    buffer = 16 << 20
+    connector = str(Path(__file__).resolve().parents[2] / "connector")
+    done = subprocess.run([sys.executable, "-c", PEAK.format(connector=connector, buffer=buffer,
+                                                              directory=str(tmp_path))],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    peak = int(done.stdout.split()[-1])
+    assert peak <= 1.2 * buffer, f"peak {peak / buffer:.2f}x the buffer"

@@ -77,7 +77,9 @@ SINK_OPTIONS: tuple[OptionSpec, ...] = (
                "[Splits](source.md#splits-order-per-subject).", parse_choice("subject", "none")),
     OptionSpec("order.maxBufferBytes", "268435456", "Expected an integer from 1048576 (1 MiB) up.",
                "With `order=subject`: the rows (Arrow bytes) a write task holds in memory to put them in source "
-               "order; beyond it, they are sorted and spilled to a local file, and the files are merged.",
+               "order, about its peak memory for them (measured: 1.01 to 1.10 times it); beyond it, they are "
+               "spilled as a sorted run to a file under Spark's local directories, and the runs are merged. See "
+               "[Order: memory and spill](#order-memory-and-spill).",
                parse_int_range(1 << 20)),
     OptionSpec("maxPendingAcks", "4096", "Expected an integer from 1 to 1000000.",
                "How many publishes may await their PubAck at once.", parse_int_range(1, 1_000_000)),

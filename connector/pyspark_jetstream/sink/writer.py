@@ -667,10 +667,12 @@ class WriteTask:
 
 
 def write_partition(plan: SinkPlan, batches: Iterable[Any]) -> SinkCommitMessage:
+    from .input_batches import sound
+
     task = WriteTask(plan)
     failed = True
     try:
-        for batch in batches:
+        for batch in sound(batches):  # PySpark 4.0/4.1 send empty arrays pyarrow can misread (input_batches)
             task.publish(batch)
         message = task.finish()
         failed = False
