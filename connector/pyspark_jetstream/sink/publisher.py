@@ -625,15 +625,20 @@ class Publisher:
                 continue
             chunk = frames[i : i + room]
             i += len(chunk)
-            tokens = [f"{tag}{sent[0]}" for sent in chunk]
-            inflight.update(zip(tokens, chunk, strict=True))
             if self._ordered and not dead_letter:  # dead letters go to another stream: their acks keep no order
                 # Every frame of the chunk is stored after the highest sequence acked so far: where a
                 # recovery looks for the ones whose PubAck was lost (_find_stored).
                 first = self._send_no + 1
                 self._floors.append((first, self._max_seq))
                 self._send_no += len(chunk)
-                self._pending.update(zip(tokens, range(first, self._send_no + 1), strict=True))
+                pending = self._pending
+                for send_no, sent in enumerate(chunk, first):
+                    token = str(sent[0])  # no tag: not a dead letter
+                    inflight[token] = sent
+                    pending[token] = send_no
+            else:
+                for sent in chunk:
+                    inflight[f"{tag}{sent[0]}"] = sent
             self._done.clear()
             await self._send(b"".join(sent[1] for sent in chunk))
 
