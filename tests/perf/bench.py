@@ -2,6 +2,7 @@
 
     python tests/perf/bench.py --quick        # small sizes, a few minutes
     python tests/perf/bench.py                # the full run
+    python tests/perf/bench.py --only write   # only the batch writes beside raw nats-py (100 B and 1 KiB rows)
     python tests/perf/bench.py --only sequence  # only the KV write with sequenceBy vs without
     python tests/perf/bench.py --only pushdown  # filter pushdown: key lookups on a 1M-key bucket, a subject's reads
     python tests/perf/bench.py --only headers   # the sink's data read with and without the headers column
@@ -593,6 +594,77 @@ def latency(spark, url: str, stream: str, rate: int, seconds: float) -> tuple[fl
     return p50, p99, len(values)
 
 
+def writes(spark, url: str, write_sets: list[tuple[int, int]], repeat: int, results: list, out: str,
+           streaming: bool = True) -> None:
+    """The write section: for each (rows, size), the sink beside raw nats-py, the socket ceiling and the
+    same job into a writer that does no I/O, the paths rotated; with ``streaming``, the Parquet -> jetstream
+    query too (100 B rows)."""
+    # ---- writes. Only the connector's path runs through the JVM, so each path starts from the same
+    # state: the read streams deleted (the server held over a gigabyte of them), every target stream
+    # deleted once measured, the JVM's and Python's garbage collected before each run, and the order
+    # of the paths rotated. Without this the connector's writes ran 15-40% slower in this
+    # harness than on a fresh server and JVM, while raw nats-py did not (see docs/performance.md).
+    import ceiling
+    from noio_sink import NoIoSink
+    from pyspark.sql import functions as F
+
+    spark.dataSource.register(NoIoSink)
+    asyncio.run(delete_streams(url))
+    asyncio.run(make_stream(url, "WARM"))
+    connector_batch_write(spark, url, "WARM", 5_000, 100, 2)
+    n = 0
+    for rows, size in write_sets:
+        times: dict[str, list[float]] = {"top": [], "raw": [], "conn": [], "spark": [], "conn1": []}
+        paths = {
+            "spark": lambda name, rows=rows, size=size: connector_batch_write(spark, url, name, rows, size, 2,
+                                                                              "noio_sink"),
+            "top": lambda name, rows=rows, size=size: asyncio.run(ceiling.publish(url, name, rows, size)),
+            "raw": lambda name, rows=rows, size=size: asyncio.run(raw_publish(url, name, rows, size)),
+            "conn": lambda name, rows=rows, size=size: connector_batch_write(spark, url, name, rows, size, 2),
+            # One connection and one process, as the raw client: what a task alone does.
+            "conn1": lambda name, rows=rows, size=size: connector_batch_write(spark, url, name, rows, size, 1),
+        }
+        for r in range(repeat):
+            order = list(paths)[r % len(paths):] + list(paths)[:r % len(paths)]
+            for path in order:
+                n += 1
+                name = f"{path.upper()}{n}"
+                asyncio.run(make_stream(url, name))
+                collect_garbage(spark)
+                times[path].append(paths[path](name))
+                assert asyncio.run(stream_messages(url, name)) == (0 if path == "spark" else rows), path
+                asyncio.run(delete_streams(url, name))
+        top_times, raw_times, conn_times = times["top"], times["raw"], times["conn"]
+        spark_job = statistics.median(times["spark"])
+        label = f"{rows // 1000}k x {size} B"
+        base = f"raw nats-py publish {label}"
+        top = f"ceiling: socket publish {label}"
+        results.append(Result(top, rows, size, statistics.median(top_times)))
+        results.append(Result(base, rows, size, statistics.median(raw_times), ceiling=top))
+        results.append(Result(f"batch write {label}, TTL + msg id, 2 partitions", rows, size,
+                              statistics.median(conn_times), base, ceiling=top))
+        # What the connector adds to Spark's own write job (the job into a writer that does no I/O,
+        # same rows, same run): the part a raw client does too, so that is what is compared with it.
+        results.append(Result(f"batch write {label}, the connector's own time (job minus Spark's own "
+                              f"{spark_job * 1000:.0f} ms)", rows, size,
+                              statistics.median(conn_times) - spark_job, base, ceiling=top))
+        results.append(Result(f"batch write {label}, TTL + msg id, 1 partition", rows, size,
+                              statistics.median(times["conn1"]), base, ceiling=top))
+        if size == 100 and streaming:
+            parquet_dir = os.path.join(out, ".tmp-parquet")
+            (spark.range(rows, numPartitions=2)
+             .select(F.concat(F.lit("SWRITE.s"), (F.col("id") % 8).cast("string")).alias("subject"),
+                     F.expr(f"cast(repeat('x', {size}) as binary)").alias("data"), F.lit("1h").alias("ttl"))
+             .write.mode("overwrite").parquet(parquet_dir))
+            stream_times = []
+            for r in range(repeat):
+                asyncio.run(api_once(url, "SWRITE", r))
+                collect_garbage(spark)
+                stream_times.append(connector_stream_write(spark, url, "SWRITE", parquet_dir))
+            results.append(Result(f"streaming write {label} (Parquet files -> jetstream, addBatch time)",
+                                  rows, size, statistics.median(stream_times), base, ceiling=top))
+
+
 def write_chart(results: list[Result], path: str) -> None:
     import matplotlib
 
@@ -687,8 +759,9 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="smaller sizes (under 3 minutes)")
     parser.add_argument("--repeat", type=int, default=3, help="runs per path; the median is kept")
     parser.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results"))
-    parser.add_argument("--only", choices=("copies", "sequence", "order", "pushdown", "headers"),
-                        help="run one section only: 'copies' (the two splits, the replay records' cost), "
+    parser.add_argument("--only", choices=("write", "copies", "sequence", "order", "pushdown", "headers"),
+                        help="run one section only: 'write' (the batch writes beside raw nats-py, no streaming "
+                        "write), 'copies' (the two splits, the replay records' cost), "
                         "'sequence' (a KV write with sequenceBy beside the same write without it), 'order' "
                         "(issue #32: deliveries per message, ordered copies at scale, bench_order.py), 'pushdown' "
                         "(issue #34: filter pushdown on a 1,000,000-key bucket and stream, bench_pushdown.py), 'headers' "
@@ -709,7 +782,6 @@ def main() -> int:
 
     import ceiling
     from pyspark.sql import SparkSession
-    from pyspark.sql import functions as F
 
     from pyspark_jetstream.tools.server import EmbeddedNatsServer
 
@@ -771,6 +843,10 @@ def main() -> int:
             .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false").getOrCreate()
         )
         spark.sparkContext.setLogLevel("ERROR")
+        if args.only == "write":
+            writes(spark, url, write_sets, repeat, results, args.out, streaming=False)
+            spark.stop()
+            return _report(results, notes, started, args.out, "write-quick" if quick else "write", chart=False)
         if args.only == "copies":
             copies(spark, url, quick, repeat, results, notes)
             spark.stop()
@@ -845,68 +921,7 @@ def main() -> int:
                      f"connector {ours_ms:.0f} ms, a source with no I/O {spark_ms:.0f} ms (Spark's own fixed "
                      f"cost): the connector's own cost is {ours_ms - spark_ms:.0f} ms.")
 
-        # ---- writes. Only the connector's path runs through the JVM, so each path starts from the same
-        # state: the read streams deleted (the server held over a gigabyte of them), every target stream
-        # deleted once measured, the JVM's and Python's garbage collected before each run, and the order
-        # of the paths rotated. Without this the connector's writes ran 15-40% slower in this
-        # harness than on a fresh server and JVM, while raw nats-py did not (see docs/performance.md).
-        from noio_sink import NoIoSink
-
-        spark.dataSource.register(NoIoSink)
-        asyncio.run(delete_streams(url))
-        asyncio.run(make_stream(url, "WARM"))
-        connector_batch_write(spark, url, "WARM", 5_000, 100, 2)
-        n = 0
-        for rows, size in write_sets:
-            times: dict[str, list[float]] = {"top": [], "raw": [], "conn": [], "spark": [], "conn1": []}
-            paths = {
-                "spark": lambda name, rows=rows, size=size: connector_batch_write(spark, url, name, rows, size, 2,
-                                                                                  "noio_sink"),
-                "top": lambda name, rows=rows, size=size: asyncio.run(ceiling.publish(url, name, rows, size)),
-                "raw": lambda name, rows=rows, size=size: asyncio.run(raw_publish(url, name, rows, size)),
-                "conn": lambda name, rows=rows, size=size: connector_batch_write(spark, url, name, rows, size, 2),
-                # One connection and one process, as the raw client: what a task alone does.
-                "conn1": lambda name, rows=rows, size=size: connector_batch_write(spark, url, name, rows, size, 1),
-            }
-            for r in range(repeat):
-                order = list(paths)[r % len(paths):] + list(paths)[:r % len(paths)]
-                for path in order:
-                    n += 1
-                    name = f"{path.upper()}{n}"
-                    asyncio.run(make_stream(url, name))
-                    collect_garbage(spark)
-                    times[path].append(paths[path](name))
-                    assert asyncio.run(stream_messages(url, name)) == (0 if path == "spark" else rows), path
-                    asyncio.run(delete_streams(url, name))
-            top_times, raw_times, conn_times = times["top"], times["raw"], times["conn"]
-            spark_job = statistics.median(times["spark"])
-            label = f"{rows // 1000}k x {size} B"
-            base = f"raw nats-py publish {label}"
-            top = f"ceiling: socket publish {label}"
-            results.append(Result(top, rows, size, statistics.median(top_times)))
-            results.append(Result(base, rows, size, statistics.median(raw_times), ceiling=top))
-            results.append(Result(f"batch write {label}, TTL + msg id, 2 partitions", rows, size,
-                                  statistics.median(conn_times), base, ceiling=top))
-            # What the connector adds to Spark's own write job (the job into a writer that does no I/O,
-            # same rows, same run): the part a raw client does too, so that is what is compared with it.
-            results.append(Result(f"batch write {label}, the connector's own time (job minus Spark's own "
-                                  f"{spark_job * 1000:.0f} ms)", rows, size,
-                                  statistics.median(conn_times) - spark_job, base, ceiling=top))
-            results.append(Result(f"batch write {label}, TTL + msg id, 1 partition", rows, size,
-                                  statistics.median(times["conn1"]), base, ceiling=top))
-            if size == 100:
-                parquet_dir = os.path.join(args.out, ".tmp-parquet")
-                (spark.range(rows, numPartitions=2)
-                 .select(F.concat(F.lit("SWRITE.s"), (F.col("id") % 8).cast("string")).alias("subject"),
-                         F.expr(f"cast(repeat('x', {size}) as binary)").alias("data"), F.lit("1h").alias("ttl"))
-                 .write.mode("overwrite").parquet(parquet_dir))
-                stream_times = []
-                for r in range(repeat):
-                    asyncio.run(api_once(url, "SWRITE", r))
-                    collect_garbage(spark)
-                    stream_times.append(connector_stream_write(spark, url, "SWRITE", parquet_dir))
-                results.append(Result(f"streaming write {label} (Parquet files -> jetstream, addBatch time)",
-                                      rows, size, statistics.median(stream_times), base, ceiling=top))
+        writes(spark, url, write_sets, repeat, results, args.out)
 
         # ---- copies: the two splits, and the replay records' cost
         asyncio.run(delete_streams(url))

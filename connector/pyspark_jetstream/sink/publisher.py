@@ -111,9 +111,12 @@ class Publisher:
         self._send_no = 0
         # ordered: token -> the number of the frame's first send, oldest first. A resend keeps it: what may be
         # forgotten (_forget_settled) and where a lost PubAck's frame is looked for (_find_stored) depend on
-        # when the frame was first sent, not on when it was last resent.
-        self._pending: dict[str, int] = {}
-        self._stored_recent: dict[str, tuple] = {}  # ordered: token -> (send no, position, subject, seq, sent)
+        # when the frame was first sent, not on when it was last resent. OrderedDicts: every PubAck asks for
+        # the oldest entry, which a plain dict finds only by skipping the slots of the entries deleted before
+        # it (up to a window's worth per PubAck); an OrderedDict's linked list gives it at once.
+        self._pending: collections.OrderedDict[str, int] = collections.OrderedDict()
+        # ordered: token -> (send no, position, subject, seq, sent)
+        self._stored_recent: collections.OrderedDict[str, tuple] = collections.OrderedDict()
         self._max_seq = 0  # ordered: the highest stream sequence a PubAck gave
         self._floors: collections.deque[tuple[int, int]] = collections.deque()  # (first send no, _max_seq then)
         self.found_after_loss = 0  # frames whose PubAck was lost that the stream held (not sent again)
@@ -176,17 +179,33 @@ class Publisher:
         raise into the read loop; a failure here fails the write (the next wait raises it) instead of
         losing the ack to a log line. A plain "stored" ack is settled here and the window's events are
         set once for the run; every other ack (an error, a duplicate, a dead letter's, a status) takes
-        :meth:`_on_ack`, in its place in the run."""
+        :meth:`_on_ack`, in its place in the run.
+
+        Ordered, a plain ack of the oldest frame in flight while order is not in doubt (no recovery, nothing
+        remembered: :meth:`_in_order`) is settled here too, with no bookkeeping: it is stored in its place,
+        and :meth:`_on_ordered_ack` would remember it only to forget it at once. The run's last such ack
+        gives the highest sequence (PubAcks come in send order); the floors are pruned once per run.
+        Anything else takes :meth:`_on_ordered_ack`."""
         inflight, first_503, cut = self._inflight, self._first_503, self._prefix_len
         stored = 0
         ordered = self._ordered
+        last_in_order = None  # ordered: the body of the run's last ack settled in order
         if ordered:
             self._last_reply = time.monotonic()
+            pending = self._pending
+            in_order = self._in_order()
         try:
             for subject, _reply, data, headers in frames:
                 token = subject[cut:].decode()
                 if ordered:
+                    if (in_order and data and may_be_plain(data) and pending and next(iter(pending)) == token
+                            and inflight.pop(token, None) is not None):
+                        pending.popitem(last=False)  # the oldest (a dead letter's token is never pending)
+                        stored += 1
+                        last_in_order = data
+                        continue
                     self._on_ordered_ack(token, data, headers)
+                    in_order = self._in_order()
                     continue
                 # A cheap pre-check: an ack it cannot vouch for (a stream named 'error') is parsed.
                 if data and may_be_plain(data) and not token.startswith(DEAD_LETTER_TAG):
@@ -202,6 +221,12 @@ class Publisher:
             self._room.set()
             self._done.set()
         finally:
+            if last_in_order is not None:
+                found = _ACK_SEQ.search(last_in_order)
+                if found is not None and int(found.group(1)) > self._max_seq:
+                    self._max_seq = int(found.group(1))
+                if self._calm():
+                    self._forget_settled()
             if stored:
                 self.stored += stored
                 self._last_progress = time.monotonic()
@@ -247,18 +272,32 @@ class Publisher:
 
     def _on_ordered_ack(self, token: str, data: bytes, headers: bytes | None) -> None:
         """An ordered publisher's reply: stored acks are remembered with their sequence (a recovery may
-        move them); one that overtakes an older frame, and any 503, start a recovery."""
+        move them); one that overtakes an older frame, and any 503, start a recovery.
+
+        When nothing goes wrong the PubAck is the oldest frame's in flight, no recovery runs and nothing
+        is remembered: the frame is stored in its place, and :meth:`_forget_settled` would drop its entry
+        as soon as it was made. Then only the highest sequence is kept (for :meth:`_find_stored`'s floor);
+        the entry is made only once order is in doubt (a frame overtaken, a recovery under way, or frames
+        remembered already), so the repair sees every entry it saw before."""
         if not data and _status_of(headers) == 503 and token in self._inflight:
             self._trouble()  # still unanswered, in its place: the recovery sends it again
             return
-        send_no = self._pending.pop(token, None)
+        pending = self._pending
+        send_no = pending.pop(token, None)
         sent = self._inflight.get(token)
+        calm = self._calm()
         if sent is not None and send_no is not None and data and not token.startswith(DEAD_LETTER_TAG):
+            overtook = bool(pending) and next(iter(pending.values())) < send_no  # an older frame was dropped
             found = _ACK_SEQ.search(data)
             if found is not None and b'"error"' not in data:  # stored, or a duplicate: its seq is the original's
-                self._remember_stored(token, send_no, sent, int(found.group(1)))
-            if self._pending and next(iter(self._pending.values())) < send_no:
-                self._trouble()  # an older frame was dropped: this one overtook it
+                seq = int(found.group(1))
+                if overtook or self._stored_recent or not calm:
+                    self._remember_stored(token, send_no, sent, seq)
+                elif seq > self._max_seq:
+                    self._max_seq = seq  # all _remember_stored keeps of a frame it would forget at once
+            if overtook:
+                self._trouble()
+                calm = False
             if may_be_plain(data):  # the common case, settled here as the unordered fast path does
                 del self._inflight[token]
                 self.stored += 1
@@ -268,12 +307,21 @@ class Publisher:
                     self._room.set()
                 if left == 0:
                     self._done.set()
-                if self._recovery is None or self._recovery.done():
+                if calm:
                     self._forget_settled()
                 return
         self._on_ack(token, data, headers)
-        if self._recovery is None or self._recovery.done():
+        if calm and self._calm():
             self._forget_settled()
+
+    def _calm(self) -> bool:
+        """No ordered recovery is under way."""
+        return self._recovery is None or self._recovery.done()
+
+    def _in_order(self) -> bool:
+        """Nothing puts the order in doubt: no recovery under way, no stored frame remembered (one is
+        remembered only while it was sent after a frame still unanswered)."""
+        return not self._stored_recent and (self._recovery is None or self._recovery.done())
 
     def _remember_stored(self, token: str, send_no: int, sent: tuple, seq: int) -> None:
         """A frame the stream holds at ``seq``: kept (newest last) until no recovery can need to move it."""
@@ -413,7 +461,7 @@ class Publisher:
         ``first_sends`` numbers the others (moved frames: their PubAck had come)."""
         if first_sends:
             self._pending.update(first_sends)
-            self._pending = dict(sorted(self._pending.items(), key=lambda item: item[1]))
+            self._pending = collections.OrderedDict(sorted(self._pending.items(), key=lambda item: item[1]))
         self._done.clear()
         self.resent += len(tokens)
         self._last_reply = time.monotonic()
@@ -599,16 +647,20 @@ class Publisher:
                 continue
             chunk = frames[i : i + room]
             i += len(chunk)
-            for sent in chunk:
-                inflight[f"{tag}{sent[0]}"] = sent
             if self._ordered and not dead_letter:  # dead letters go to another stream: their acks keep no order
-                pending = self._pending
                 # Every frame of the chunk is stored after the highest sequence acked so far: where a
                 # recovery looks for the ones whose PubAck was lost (_find_stored).
-                self._floors.append((self._send_no + 1, self._max_seq))
+                first = self._send_no + 1
+                self._floors.append((first, self._max_seq))
+                self._send_no += len(chunk)
+                pending = self._pending
+                for send_no, sent in enumerate(chunk, first):
+                    token = str(sent[0])  # no tag: not a dead letter
+                    inflight[token] = sent
+                    pending[token] = send_no
+            else:
                 for sent in chunk:
-                    self._send_no += 1
-                    pending[f"{tag}{sent[0]}"] = self._send_no
+                    inflight[f"{tag}{sent[0]}"] = sent
             self._done.clear()
             await self._send(b"".join(sent[1] for sent in chunk))
 
