@@ -135,3 +135,23 @@ def test_a_self_join_with_filters_on_both_sides_reads_both_right(pushdown_on, mo
                        "WHERE a.key = 'user4'").collect()
     assert [(r.a, r.b) for r in joined] == [("user4", "user40")]
     assert _one(spark, "SELECT count(*) FROM users_j") == KEYS
+
+
+def test_a_query_reading_a_view_twice_with_one_scan_unfiltered_is_refused_not_answered_wrong(pushdown_on,
+                                                                                              monitored):
+    """One scan pushes a lookup, the other has no filter at all: Spark gives both the narrowed read, in
+    one execution (nothing of the second scan runs on the driver). The tasks of the two scans meet on
+    this host, and the query fails naming what to do, rather than counting 2 for 1,001."""
+    spark = pushdown_on
+    server, _ = monitored
+    for n, sql in enumerate(("SELECT count(*) FROM (SELECT key FROM {v} WHERE key = 'user42' "
+                             "UNION ALL SELECT key FROM {v})",
+                             "SELECT key, (SELECT count(*) FROM {v}) AS n FROM {v} WHERE key = 'user42'")):
+        view = f"users_twice{n}"
+        _view(spark, view, server.url, bucket="LEAK", **{"kv.view": "latest"})
+        try:
+            rows = spark.sql(sql.format(v=view)).collect()
+        except Exception as exc:  # noqa: BLE001 - the refusal is the expected outcome where narrowing ran
+            assert "SharedPushdownError" in str(exc) and "own view" in str(exc), str(exc)[-2000:]
+            continue
+        assert rows == ([(KEYS + 1,)] if n == 0 else [("user42", KEYS)]), rows

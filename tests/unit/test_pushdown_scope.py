@@ -38,3 +38,14 @@ def test_two_pushdowns_of_one_relation_close_together_are_seen(monkeypatch):
     assert pushdown_registry.another_scan_close_by(token, now=1001.0) is True
     assert pushdown_registry.another_scan_close_by(token, now=1001.0 + pushdown_registry.WINDOW_S + 1) is False
     assert pushdown_registry.another_scan_close_by(None) is True  # no token: assume the worst
+
+
+def test_two_readers_of_one_partition_in_one_execution_are_seen(monkeypatch):
+    monkeypatch.setattr(tempfile, "tempdir", tempfile.mkdtemp())
+    plan, query = uuid.uuid4().hex, str(uuid.uuid4())
+    assert pushdown_registry.claim_partition(plan, query, 0, "3:0") is True
+    assert pushdown_registry.claim_partition(plan, query, 0, "3:0") is True  # a retried or speculative task
+    assert pushdown_registry.claim_partition(plan, query, 1, "3:1") is True
+    assert pushdown_registry.claim_partition(plan, query, 0, "3:2") is False  # a union's second child
+    assert pushdown_registry.claim_partition(plan, query, 1, "5:1") is False  # a scan in another stage
+    assert pushdown_registry.claim_partition(plan, str(uuid.uuid4()), 0, "9:0") is True  # another execution

@@ -30,16 +30,18 @@ from __future__ import annotations
 
 import dataclasses
 import time
+import uuid
 from collections.abc import Iterable, Iterator
 from typing import Any
 
 from pyspark.sql.datasource import InputPartition
 
+from ..errors import SharedPushdownError
 from ..logs import get_logger
 from ..options import SourceOptions
 from ..spark_api import execution_query_id, scoped_pushdown
 from .filter_pushdown import Translation, is_literal, narrow_subjects, translate
-from .pushdown_registry import another_scan_close_by
+from .pushdown_registry import another_scan_close_by, claim_partition
 from .pushdown_scope import narrowed_applies, start_ms
 from .reader import JetStreamBatchReader, JetStreamPartition, _read
 from .subject_split import MAX_FILTERS
@@ -61,6 +63,7 @@ class ScopedPartition(InputPartition):
     narrowed: JetStreamPartition | None
     whole: JetStreamPartition | None
     planned_ms: int
+    plan: str = ""  # this pushed plan's id: two scans of one query reading it are told apart by it
 
 
 @dataclasses.dataclass(frozen=True)
@@ -150,14 +153,35 @@ class JetStreamPushdownReader(JetStreamBatchReader):
             return whole
         narrowed = self._plan_narrowed(self._narrowing)
         count = max(len(whole), len(narrowed))
+        plan = uuid.uuid4().hex
         return [ScopedPartition(i, narrowed[i] if i < len(narrowed) else None, whole[i] if i < len(whole) else None,
-                                self._planned_ms)
+                                self._planned_ms, plan)
                 for i in range(count)]
 
     def read(self, partition: Any) -> Iterator[Any]:
         if not isinstance(partition, ScopedPartition):
             return _read(self.opts, partition)
         n = self._narrowing
-        if n is not None and narrowed_applies(partition.planned_ms, start_ms(execution_query_id())):
+        query_id = execution_query_id()
+        if n is not None and narrowed_applies(partition.planned_ms, start_ms(query_id)):
+            _check_one_scan(self.opts.stream, partition, query_id)
             return _read(n.opts, partition.narrowed) if partition.narrowed is not None else iter(())
         return _read(self.opts, partition.whole) if partition.whole is not None else iter(())
+
+
+def _check_one_scan(stream: str, partition: ScopedPartition, query_id: str | None) -> None:
+    """Refuse a narrowed read that a second scan of the same query shares (pushdown_registry.claim_partition)."""
+    from pyspark import TaskContext
+
+    context = TaskContext.get()
+    if context is None or query_id is None:
+        return
+    if not claim_partition(partition.plan, query_id, partition.index,
+                           f"{context.stageId()}:{context.partitionId()}"):
+        raise SharedPushdownError(
+            f"This query reads the same view or DataFrame (stream '{stream}') more than once, once with a filter "
+            "pushed to the read, and this PySpark gives every scan of it the read that filter narrowed: another "
+            "scan would read too few rows, so the query is refused rather than answered wrong. Read the other "
+            "scan through its own view (CREATE TEMPORARY VIEW ... USING jetstream) or spark.read...load(), or "
+            "set spark.sql.python.filterPushdown.enabled=false for this query. See docs/source.md, 'Each query "
+            "answers itself'.")

@@ -56,3 +56,47 @@ def another_scan_close_by(token: str | None, now: float | None = None) -> bool:
         log.warning("filter pushdown: cannot note the pushdown on the driver's disk (%s); reading the whole range", exc)
         return True
     return before is not None and abs(now - before) < WINDOW_S
+
+
+def claim_partition(plan: str, execution: str, index: int, reader: str) -> bool:
+    """Note that ``reader`` (a task's stage and partition in its stage) reads partition ``index`` of
+    pushed plan ``plan`` for SQL execution ``execution``; False when another reader of the same
+    execution noted it first: two scans of one query share the plan (a ``UNION ALL`` of a lookup and
+    the whole view, a scalar subquery over it), and one of them reads a narrowing meant for the other.
+    A retried or speculative task is the same reader. Tasks of one execution on other hosts are not
+    seen: there the rule cannot help (docs/source.md says so)."""
+    folder = os.path.join(tempfile.gettempdir(), f"pyspark-jetstream-scans-{os.getuid()}")
+    path = os.path.join(folder, f"{plan}.{execution}.{index}")
+    try:
+        os.makedirs(folder, mode=0o700, exist_ok=True)
+        _sweep(folder)
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        except FileExistsError:
+            with open(path) as f:
+                return f.read() == reader
+        with os.fdopen(fd, "w") as f:
+            f.write(reader)
+        return True
+    except OSError as exc:
+        log.warning("filter pushdown: cannot note a scan on this host's disk (%s)", exc)
+        return True
+
+
+_last_sweep = 0.0
+
+
+def _sweep(folder: str, max_age: float = 3600.0) -> None:
+    """Remove notes older than an hour, at most once a minute per process."""
+    global _last_sweep
+    now = time.time()
+    if now - _last_sweep < 60:
+        return
+    _last_sweep = now
+    for name in os.listdir(folder):
+        path = os.path.join(folder, name)
+        try:
+            if now - os.stat(path).st_mtime > max_age:
+                os.unlink(path)
+        except OSError:
+            continue
