@@ -59,7 +59,15 @@ class SyncNats:
         return json.loads(msg.data)
 
     def add_stream(self, name: str, subjects: list[str], **config: Any) -> dict:
-        reply = self.api(f"STREAM.CREATE.{name}", {"name": name, "subjects": subjects, "storage": "memory", **config})
+        """Create a stream; while a cluster's JetStream says it is temporarily unavailable (10008: its meta
+        group catching up after a node came back), ask again, for at most 30 s."""
+        body = {"name": name, "subjects": subjects, "storage": "memory", **config}
+
+        def created() -> dict | None:
+            reply = self.api(f"STREAM.CREATE.{name}", body)
+            return None if (reply.get("error") or {}).get("err_code") == 10008 else reply
+
+        reply = wait_until(created, timeout=30, interval=0.2, what=f"JetStream to take the creation of stream {name}")
         assert "error" not in reply, reply
         return reply["config"]
 

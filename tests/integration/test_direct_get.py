@@ -79,6 +79,7 @@ class _Relay:
         self.out: asyncio.Queue = asyncio.Queue()
         self.sender = asyncio.ensure_future(self._send())
         await nc.subscribe(f"{RELAY_PREFIX}.>", cb=self._request)
+        await nc.flush()  # the server has the subscription before any request is relayed (else: no responders)
 
     async def _send(self) -> None:
         while True:
