@@ -49,6 +49,13 @@ def _copy_of_interleaved(spark, nats_server, nats_client, stream_name: str, subj
     return source, target, read.load()
 
 
+def _commit_lines(spark, target: str) -> list[str]:
+    """The sink's log lines (its commit lines) that name stream ``target``, from Spark's Python workers."""
+    from ..helpers import worker_log
+
+    return [m for m in worker_log(spark, "pyspark_jetstream.sink") if f"to stream '{target}'" in m]
+
+
 def test_a_copy_straight_from_a_read_split_by_sequence_is_refused_before_it_publishes(spark, nats_server,
                                                                                      nats_client, stream_name):
     source, target, read = _copy_of_interleaved(spark, nats_server, nats_client, stream_name,
@@ -236,19 +243,17 @@ def test_a_copy_spread_over_tasks_another_way_is_named_in_the_commit_line(spark,
     """Rows that reach the sink without the read's notes and without a shuffle by subject (here: a cache of
     the read, then a round-robin repartition) are sorted within each task, but a subject's rows are in
     several tasks: the commit line says so, naming one subject and its tasks."""
-    from ..helpers import worker_log
-
     source, target, read = _copy_of_interleaved(spark, nats_server, nats_client, stream_name,
                                                 lambda source: [f"{source}.d{i}" for i in range(40)], 10)
     copy = read.withColumn("subject", F.concat(F.lit(f"{target}."), F.col("subject"))).repartition(3)
     jetstream_writer(copy, nats_server.url, stream=target).save()
-    lines = [m for m in worker_log(spark, "pyspark_jetstream.sink") if f"to stream '{target}'" in m]
+    lines = _commit_lines(spark, target)
     assert any("were written by more than one task" in m and "'.repartition(n" not in m for m in lines), lines
     shuffled_target = target + "OK"
     nats_client.add_stream(shuffled_target, [f"{shuffled_target}.>"], allow_msg_ttl=True)
     jetstream_writer(read.withColumn("subject", F.concat(F.lit(f"{shuffled_target}."), F.col("subject")))
                      .repartition(3, "subject"), nats_server.url, stream=shuffled_target).save()
-    lines = [m for m in worker_log(spark, "pyspark_jetstream.sink") if f"'{shuffled_target}'" in m]
+    lines = _commit_lines(spark, shuffled_target)
     assert lines and not any("more than one task" in m for m in lines), lines
 
 
@@ -271,7 +276,8 @@ def test_a_narrow_streaming_copy_is_refused_at_one_message_as_at_many(spark, nat
 
     query = run(str(tmp_path / "narrow"))
     with pytest.raises(Exception) as failed:  # the query ends with its first micro-batch's error
-        query.awaitTermination(180)
+        ended = query.awaitTermination(180)
+        assert ended, "the query neither failed nor finished within 180s"
     assert "OrderError" in str(failed.value) and "reads 1 of them" in str(failed.value)
     assert nats_client.stored_count(target) == 0
 
@@ -312,17 +318,16 @@ def test_a_copy_that_drops_seq_after_its_shuffle_says_so_in_the_commit_line(spar
                                                                             stream_name, worker_logging):
     """Order is not lost silently when the positions go (issue #39): after the shuffle the sink cannot tell
     a copy from any other rows, so it publishes them as they come and its commit line counts them."""
-    from ..helpers import worker_log
 
     source, target, read = _copy_of_interleaved(spark, nats_server, nats_client, stream_name,
                                                 lambda source: [f"{source}.d{i}" for i in range(4)], 10)
     shuffled = read.withColumn("subject", F.concat(F.lit(f"{target}."), F.col("subject"))).repartition(2, "subject")
     jetstream_writer(shuffled.select("subject", "data"), nats_server.url, stream=target).save()
-    lines = [m for m in worker_log(spark, "pyspark_jetstream.sink") if f"to stream '{target}'" in m]
+    lines = _commit_lines(spark, target)
     assert any("40 rows published in the order they arrived, without the column 'seq'" in m for m in lines), lines
     kept = target + "K"
     nats_client.add_stream(kept, [f"{kept}.>"], allow_msg_ttl=True)
     jetstream_writer(read.withColumn("subject", F.concat(F.lit(f"{kept}."), F.col("subject")))
                      .repartition(2, "subject"), nats_server.url, stream=kept).save()
-    lines = [m for m in worker_log(spark, "pyspark_jetstream.sink") if f"to stream '{kept}'" in m]
+    lines = _commit_lines(spark, kept)
     assert lines and not any("without the column 'seq'" in m for m in lines), lines

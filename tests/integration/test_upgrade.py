@@ -51,6 +51,7 @@ def _run(nats_server, source: str, target: str, checkpoint: Path, connector: Pat
                      env={"PYTHONPATH": str(connector)}, timeout=400)
     result = json.loads(out.strip().splitlines()[-1])
     assert result["connector"].startswith(str(connector)), result  # the release meant ran
+    assert result["ended"], "the streaming copy did not finish within 600s"
     return result
 
 

@@ -369,14 +369,13 @@ class WriteTask:
         sequence ranges, publish rows straight from an ordered read as they come, hold and sort the rest
         (sink/ordering.py)."""
         from .. import task_notes
-        from .ordering import SORT, SortedRows, SubjectSample, decide
+        from .ordering import SORT, SortedRows, SubjectSample
 
         self.undecided = False
-        layout = self.plan.layout
         self.notes = task_notes.take()
-        mode = decide(self.notes, layout.as_read and layout.source_seq is not None, describe_target(self.opts))
+        mode = self._decide(self.notes, ended=False)
         if mode == SORT:
-            self.held = SortedRows(layout.source_seq, self.opts.order_max_buffer_bytes)
+            self.held = SortedRows(self.plan.layout.source_seq, self.opts.order_max_buffer_bytes)
             self.sample = SubjectSample()
         elif not self.notes:
             # Not straight from a read, and nothing to order by: a copy that dropped 'seq' after its shuffle
@@ -616,7 +615,6 @@ class WriteTask:
         anything is published) a task that read only some ranges of a read split into several, even one
         that got no row (sink/ordering.py: the guard is a property of the query)."""
         from .. import task_notes
-        from .ordering import decide
 
         if self.undecided:  # no row came: nothing was decided
             self.undecided = False
@@ -625,8 +623,14 @@ class WriteTask:
             return
         else:
             self.notes = [*self.notes, *task_notes.take()]
+        self._decide(self.notes, ended=True)
+
+    def _decide(self, notes: list, *, ended: bool) -> str:
+        """sink/ordering.decide for this task's rows: whether they carry the source's positions."""
+        from .ordering import decide
+
         layout = self.plan.layout
-        decide(self.notes, layout.as_read and layout.source_seq is not None, describe_target(self.opts), ended=True)
+        return decide(notes, layout.as_read and layout.source_seq is not None, describe_target(self.opts), ended=ended)
 
     def finish(self) -> SinkCommitMessage:
         if self.sequenced is not None:

@@ -32,10 +32,11 @@ def main(servers: str, source: str, target: str, checkpoint: str) -> None:
     query = (read.withColumn("subject", F.concat(F.lit(f"{target}."), F.col("subject")))
              .writeStream.format("jetstream").option("servers", servers).option("stream", target)
              .option("checkpointLocation", checkpoint).trigger(availableNow=True).start())
-    with contextlib.suppress(Exception):  # a failed query: its error is reported below
-        query.awaitTermination(600)
+    ended = True  # a failed query raises here: its error is reported below
+    with contextlib.suppress(Exception):
+        ended = query.awaitTermination(600)
     error = query.exception()
-    print(json.dumps({"connector": pyspark_jetstream.__file__, "error": str(error) if error else None,
+    print(json.dumps({"connector": pyspark_jetstream.__file__, "ended": ended, "error": str(error) if error else None,
                       "rows": [p["numInputRows"] for p in query.recentProgress]}), flush=True)
     spark.stop()
 
