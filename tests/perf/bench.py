@@ -2,6 +2,7 @@
 
     python tests/perf/bench.py --quick        # small sizes, a few minutes
     python tests/perf/bench.py                # the full run
+    python tests/perf/bench.py --only read    # only the reads beside raw nats-py (header-less, with headers)
     python tests/perf/bench.py --only write   # only the batch writes beside raw nats-py (100 B and 1 KiB rows)
     python tests/perf/bench.py --only sequence  # only the KV write with sequenceBy vs without
     python tests/perf/bench.py --only pushdown  # filter pushdown: key lookups on a 1M-key bucket, a subject's reads
@@ -734,6 +735,60 @@ def write_order_chart(results: list[Result], tables: list, path: str) -> None:
     fig.savefig(path, dpi=110, bbox_inches="tight")
 
 
+def reads(spark, url: str, read_sets: list[tuple[int, int]], repeat: int, results: list[Result],
+          notes: list[str], naive_rows: int) -> None:
+    """The reads: header-less data on one and two partitions beside raw nats-py, the sink's own output and a
+    rich header set beside the header-less read, the streaming read, and the naive driver-fetch source."""
+    import ceiling
+
+    for rows, size in read_sets:
+        name = f"READ{size}"
+        asyncio.run(make_stream(url, name))
+        asyncio.run(raw_publish(url, name, rows, size, headers=False))
+        connector_batch_read(spark, url, name, 2)  # warm-up
+        label = f"{rows // 1000}k x {size} B"
+        base = f"raw nats-py pull to Arrow {label}"
+        top = f"ceiling: socket pull to Arrow {label}"
+        results.append(Result(top, rows, size, statistics.median(
+            asyncio.run(ceiling.pull_to_arrow(url, name, rows)) for _ in range(repeat))))
+        raw = statistics.median(asyncio.run(raw_pull_to_arrow(url, name, rows)) for _ in range(repeat))
+        results.append(Result(base, rows, size, raw, ceiling=top))
+        for parts in (1, 2):
+            t, rss = timed(connector_batch_read, spark, url, name, parts, repeat=repeat)
+            results.append(Result(f"batch read {label}, {parts} partition(s)", rows, size, t, base, rss, top))
+        # What users' streams hold: the sink's own output (Nats-Msg-Id + Nats-TTL), and a rich set
+        # (those plus three user headers, one repeated), read like the header-less one beside it.
+        plain = f"batch read {label}, 2 partition(s)"
+        for kind, what in (("S", "the sink's headers"), ("R", "rich headers")):
+            headered = f"{name}{kind}"
+            asyncio.run(make_stream(url, headered))
+            fill_with_the_sink(spark, url, headered, rows, size, rich=kind == "R")
+            top_h = f"ceiling: socket pull to Arrow {label} with {what}"
+            results.append(Result(top_h, rows, size, statistics.median(
+                asyncio.run(ceiling.pull_to_arrow(url, headered, rows)) for _ in range(repeat))))
+            t, rss = timed(connector_batch_read, spark, url, headered, 2, repeat=repeat)
+            results.append(Result(f"batch read {label} with {what}, 2 partition(s)", rows, size, t, plain, rss,
+                                  top_h))
+            if kind == "S":
+                # What the server allows: its delivery alone, the frames counted and nothing built.
+                bare = statistics.median(asyncio.run(ceiling.pull_frames(url, name, rows)) for _ in range(repeat))
+                hdr = statistics.median(asyncio.run(ceiling.pull_frames(url, headered, rows))
+                                        for _ in range(repeat))
+                notes.append(f"Server delivery alone ({label}, two consumers in parallel, frames only counted): "
+                             f"header-less {rows / bare:,.0f} msg/s, with the sink's headers {rows / hdr:,.0f} "
+                             f"msg/s: {bare / hdr:.2f}x the header-less rate.")
+        if size == 100:
+            t, rss = timed(connector_stream_read, spark, url, name, 2, 100_000, repeat=repeat)
+            results.append(Result(f"streaming read {label} (AvailableNow, 100k/trigger)", rows, size, t, base, rss,
+                                  top))
+            naive = naive_stream_read(spark, url, name, naive_rows)
+            nbase = f"naive driver-fetch source {naive_rows // 1000}k x {size} B"
+            results.append(Result(nbase, naive_rows, size, naive))
+            t = connector_stream_read_until(spark, url, name, naive_rows)
+            results.append(Result(f"connector streaming read {naive_rows // 1000}k x {size} B (100k/trigger)",
+                                  naive_rows, size, t, nbase))
+
+
 def print_table(results: list[Result]) -> str:
     """Print the Markdown table and return it."""
     by_path = {r.path: r for r in results}
@@ -759,8 +814,9 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="smaller sizes (under 3 minutes)")
     parser.add_argument("--repeat", type=int, default=3, help="runs per path; the median is kept")
     parser.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results"))
-    parser.add_argument("--only", choices=("write", "copies", "sequence", "order", "pushdown", "headers"),
-                        help="run one section only: 'write' (the batch writes beside raw nats-py, no streaming "
+    parser.add_argument("--only", choices=("read", "write", "copies", "sequence", "order", "pushdown", "headers"),
+                        help="run one section only: 'read' (the batch and streaming reads beside raw nats-py, "
+                        "header-less, the sink's headers, rich headers), 'write' (the batch writes beside raw nats-py, no streaming "
                         "write), 'copies' (the two splits, the replay records' cost), "
                         "'sequence' (a KV write with sequenceBy beside the same write without it), 'order' "
                         "(issue #32: deliveries per message, ordered copies at scale, bench_order.py), 'pushdown' "
@@ -780,7 +836,6 @@ def main() -> int:
     os.environ["PYTHONPATH"] = here + os.pathsep + os.environ.get("PYTHONPATH", "")
     sys.path.insert(0, here)
 
-    import ceiling
     from pyspark.sql import SparkSession
 
     from pyspark_jetstream.tools.server import EmbeddedNatsServer
@@ -847,6 +902,10 @@ def main() -> int:
             writes(spark, url, write_sets, repeat, results, args.out, streaming=False)
             spark.stop()
             return _report(results, notes, started, args.out, "write-quick" if quick else "write", chart=False)
+        if args.only == "read":
+            reads(spark, url, read_sets, repeat, results, notes, naive_rows)
+            spark.stop()
+            return _report(results, notes, started, args.out, "read-quick" if quick else "read", chart=False)
         if args.only == "copies":
             copies(spark, url, quick, repeat, results, notes)
             spark.stop()
@@ -863,53 +922,7 @@ def main() -> int:
             results.append(Result(f"memory: batch read {length // 1000}k x 1 KiB, 2 partitions", length, 1024, t,
                                   None, rss))
 
-        # ---- reads
-        for rows, size in read_sets:
-            name = f"READ{size}"
-            asyncio.run(make_stream(url, name))
-            asyncio.run(raw_publish(url, name, rows, size, headers=False))
-            connector_batch_read(spark, url, name, 2)  # warm-up
-            label = f"{rows // 1000}k x {size} B"
-            base = f"raw nats-py pull to Arrow {label}"
-            top = f"ceiling: socket pull to Arrow {label}"
-            results.append(Result(top, rows, size, statistics.median(
-                asyncio.run(ceiling.pull_to_arrow(url, name, rows)) for _ in range(repeat))))
-            raw = statistics.median(asyncio.run(raw_pull_to_arrow(url, name, rows)) for _ in range(repeat))
-            results.append(Result(base, rows, size, raw, ceiling=top))
-            for parts in (1, 2):
-                t, rss = timed(connector_batch_read, spark, url, name, parts, repeat=repeat)
-                results.append(Result(f"batch read {label}, {parts} partition(s)", rows, size, t, base, rss, top))
-            # What users' streams hold: the sink's own output (Nats-Msg-Id + Nats-TTL), and a rich set
-            # (those plus three user headers, one repeated), read like the header-less one beside it.
-            plain = f"batch read {label}, 2 partition(s)"
-            for kind, what in (("S", "the sink's headers"), ("R", "rich headers")):
-                headered = f"{name}{kind}"
-                asyncio.run(make_stream(url, headered))
-                fill_with_the_sink(spark, url, headered, rows, size, rich=kind == "R")
-                top_h = f"ceiling: socket pull to Arrow {label} with {what}"
-                results.append(Result(top_h, rows, size, statistics.median(
-                    asyncio.run(ceiling.pull_to_arrow(url, headered, rows)) for _ in range(repeat))))
-                t, rss = timed(connector_batch_read, spark, url, headered, 2, repeat=repeat)
-                results.append(Result(f"batch read {label} with {what}, 2 partition(s)", rows, size, t, plain, rss,
-                                      top_h))
-                if kind == "S":
-                    # What the server allows: its delivery alone, the frames counted and nothing built.
-                    bare = statistics.median(asyncio.run(ceiling.pull_frames(url, name, rows)) for _ in range(repeat))
-                    hdr = statistics.median(asyncio.run(ceiling.pull_frames(url, headered, rows))
-                                            for _ in range(repeat))
-                    notes.append(f"Server delivery alone ({label}, two consumers in parallel, frames only counted): "
-                                 f"header-less {rows / bare:,.0f} msg/s, with the sink's headers {rows / hdr:,.0f} "
-                                 f"msg/s: {bare / hdr:.2f}x the header-less rate.")
-            if size == 100:
-                t, rss = timed(connector_stream_read, spark, url, name, 2, 100_000, repeat=repeat)
-                results.append(Result(f"streaming read {label} (AvailableNow, 100k/trigger)", rows, size, t, base, rss,
-                                      top))
-                naive = naive_stream_read(spark, url, name, naive_rows)
-                nbase = f"naive driver-fetch source {naive_rows // 1000}k x {size} B"
-                results.append(Result(nbase, naive_rows, size, naive))
-                t = connector_stream_read_until(spark, url, name, naive_rows)
-                results.append(Result(f"connector streaming read {naive_rows // 1000}k x {size} B (100k/trigger)",
-                                      naive_rows, size, t, nbase))
+        reads(spark, url, read_sets, repeat, results, notes, naive_rows)
 
         # ---- the connector's own cost per streaming micro-batch, beside Spark's (a source with no I/O)
         mb_rows = 20_000 if quick else 50_000
