@@ -35,7 +35,9 @@ ROWS = {
     "100 B own": "batch write 200k x 100 B, the connector's own",
     "1 KiB own": "batch write 50k x 1024 B, the connector's own",
 }
-TABLE_ROW = re.compile(r"^\| (?P<path>[^|]+?) \| [\d,]+ \| \d+ B \| (?P<rate>[\d,]+) \|", re.MULTILINE)
+TABLE_ROW = re.compile(r"^\| (?P<path>[^|]+?) \| [\d,]+ \| \d+ B \| (?P<rate>[\d,]+) \| [\d.]+ \| (?P<ratio>[\d.]+x)?",
+                       re.MULTILINE)
+VARYING = re.compile(r"\(job minus Spark's own \d+ ms\)")  # a figure in the path itself
 
 
 def _paths(tree: str) -> tuple[str, str]:
@@ -66,6 +68,7 @@ def main() -> int:
     trees = dict(arg.split("=", 1) for arg in args.trees)
     names = list(trees)
     rates: dict[str, dict[str, list[float]]] = {tree: {} for tree in names}
+    ratios: dict[str, dict[str, list[float]]] = {tree: {} for tree in names}  # to the row's baseline, same run
     out = tempfile.mkdtemp(prefix="bench-versions-")
     for r in range(args.rounds):
         for section in args.sections.split(","):
@@ -73,7 +76,10 @@ def main() -> int:
                 load, started = os.getloadavg()[0], time.perf_counter()
                 table = _run(trees[tree], section, os.path.join(out, f"{tree}-{section}-{r}"))
                 for found in TABLE_ROW.finditer(table):
-                    rates[tree].setdefault(found["path"], []).append(float(found["rate"].replace(",", "")))
+                    path = VARYING.sub("(job minus Spark's own)", found["path"])
+                    rates[tree].setdefault(path, []).append(float(found["rate"].replace(",", "")))
+                    if found["ratio"]:
+                        ratios[tree].setdefault(path, []).append(float(found["ratio"][:-1]))
                 line = []
                 if section == "write":
                     for row, label in ROWS.items():
@@ -82,14 +88,21 @@ def main() -> int:
                         line.append(f"{row} {found.group(1)}x")
                 print(f"round {r} {section} {tree} (load {load:.1f}, {time.perf_counter() - started:.0f} s)"
                       + (": " + ", ".join(line) if line else ""), flush=True)
-    first = names[0]
-    print(f"| path | {' | '.join(f'{t} rows/s' for t in names)} | "
-          + " | ".join(f"{t} / {first}" for t in names[1:]) + " |")
-    for path in rates[first]:
-        medians = [statistics.median(rates[t].get(path) or [float("nan")]) for t in names]
-        print(f"| {path} | " + " | ".join(f"{m:,.0f}" for m in medians) + " | "
-              + " | ".join(f"{m / medians[0]:.2f}x" for m in medians[1:]) + " |")
+    _table(names, rates, "rows/s", "{:,.0f}")
+    _table(names, ratios, "ratio to the baseline measured in the same run", "{:.2f}x")
     return 0
+
+
+def _table(names: list[str], figures: dict[str, dict[str, list[float]]], what: str, shown: str) -> None:
+    """Per table row, each tree's median ``what`` and each tree's median over the first tree's."""
+    first = names[0]
+    print(f"\n{what}, median per tree:\n")
+    print(f"| path | {' | '.join(names)} | " + " | ".join(f"{t} / {first}" for t in names[1:]) + " |")
+    print("|---|" + "---:|" * (2 * len(names) - 1))
+    for path in figures[first]:
+        medians = [statistics.median(figures[t].get(path) or [float("nan")]) for t in names]
+        print(f"| {path} | " + " | ".join(shown.format(m) for m in medians) + " | "
+              + " | ".join(f"{m / medians[0]:.2f}x" for m in medians[1:]) + " |")
 
 
 if __name__ == "__main__":
