@@ -15,7 +15,7 @@ from ..client.jsapi import is_transient, retry_delays
 from ..errors import PartitionReadError
 from ..options import SourceOptions
 from ..protocol.direct_get import MULTI_LAST_MAX, DirectMessage
-from .rows import BatchBuilder
+from .columns.rows import BatchBuilder
 
 
 async def _fetch(opts: SourceOptions, stream: str, subjects: list[str], up_to: int | None) -> list[DirectMessage]:

@@ -62,8 +62,8 @@ from ..protocol.ack_subject import fast_fields
 from ..protocol.frames import pub_frame
 from ..protocol.headers import PENDING_BYTES, PENDING_MESSAGES, parse_headers, parse_status
 from ..protocol.pull_engine import Outcome, PullEngine
+from .columns.rows import BatchBuilder, RawBatch
 from .range_tracker import RangeTracker, Step
-from .rows import BatchBuilder, RawBatch
 from .subject_split import ALL, SubjectKeep, consumers_for, sequence_consumer
 
 log = get_logger("source")
