@@ -25,7 +25,7 @@ class JetStreamDataSource(DataSource):
 
         # One per load() or view: Spark pickles this instance once per relation and hands that copy to
         # every planner of it, so the token tells two scans of one relation apart from two relations
-        # (source/pushdown_registry.py).
+        # (source/plan/pushdown_registry.py).
         self.relation = uuid.uuid4().hex
 
     @classmethod
@@ -44,7 +44,8 @@ class JetStreamDataSource(DataSource):
         return ddl(kv, default_columns(kv, opts.include_headers))
 
     def _columns(self, schema) -> tuple[str, ...]:
-        """The columns of ``schema`` (Spark's StructType), checked against the source's (source/columns/selection.py)."""
+        """The columns of ``schema`` (Spark's StructType), checked against the source's
+        (source/columns/selection.py)."""
         from .source.columns.selection import chosen
 
         kv = any(k.lower() == "bucket" for k in self.options)
@@ -73,12 +74,12 @@ class JetStreamDataSource(DataSource):
             from .source.pushdown_reader import JetStreamPushdownReader
 
             return JetStreamPushdownReader(opts, getattr(self, "relation", None))
-        from .source.reader import JetStreamBatchReader
+        from .source.spark_readers import JetStreamBatchReader
 
         return JetStreamBatchReader(opts)
 
     def streamReader(self, schema):
-        from .source.reader import JetStreamStreamReader
+        from .source.spark_readers import JetStreamStreamReader
 
         return JetStreamStreamReader(self._source_options(schema, streaming=True))
 

@@ -399,7 +399,7 @@ def one_message_micro_batch(spark, url: str, bucket: str) -> str:
     from pyspark_jetstream.client import runtime
     from pyspark_jetstream.options import parse_source_options
     from pyspark_jetstream.source import partition_reader
-    from pyspark_jetstream.source.reader import JetStreamStreamReader
+    from pyspark_jetstream.source.spark_readers import JetStreamStreamReader
     from pyspark_jetstream.spark_api import ReadAllAvailable
 
     opts = parse_source_options({"servers": url, "bucket": bucket, "numPartitions": "4"}, streaming=True)

@@ -63,8 +63,8 @@ from ..protocol.frames import pub_frame
 from ..protocol.headers import PENDING_BYTES, PENDING_MESSAGES, parse_headers, parse_status
 from ..protocol.pull_engine import Outcome, PullEngine
 from .columns.rows import BatchBuilder, RawBatch
+from .plan.subject_split import ALL, SubjectKeep, consumers_for, sequence_consumer
 from .range_tracker import RangeTracker, Step
-from .subject_split import ALL, SubjectKeep, consumers_for, sequence_consumer
 
 log = get_logger("source")
 
@@ -706,8 +706,8 @@ async def _resolve(opts: SourceOptions, stream: str, first: int, last: int | Non
     split by subject): that the stream is still the one planned, the end of a read without one (the
     stream's last sequence now; a snapshot's consumers decide their own), and the filter subjects of
     each consumer it runs. None when the partition has nothing to read (a recreated stream whose
-    range is skipped, ``failOnDataLoss=false``): each with the :class:`~.subject_split.SubjectKeep` that
-    keeps its messages when the server does not filter them exactly (:func:`~.subject_split.consumers_for`)."""
+    range is skipped, ``failOnDataLoss=false``): each with the :class:`~.plan.subject_split.SubjectKeep` that
+    keeps its messages when the server does not filter them exactly (:func:`~.plan.subject_split.consumers_for`)."""
     depth, parts = split if split is not None else (ALL, 1)
     listing = split is not None and depth != ALL
     if not listing and created is None and (last is not None or last_per_subject):
