@@ -192,7 +192,7 @@ def test_an_open_snapshot_does_not_end_on_the_pending_count_while_a_listed_subje
     the consumer's filters leave one listed subject out, so no consumer can deliver it. Held by the
     leader, it is asked for again and again and the read fails naming it; gone, the read ends."""
     from pyspark_jetstream.options import parse_source_options
-    from pyspark_jetstream.source import partition_reader as pr
+    from pyspark_jetstream.source.read import partition_reader as pr
 
     nats_client.add_stream(stream_name, [f"{stream_name}.>"])
     for s in ("a", "b", "c"):

@@ -398,7 +398,7 @@ def one_message_micro_batch(spark, url: str, bucket: str) -> str:
     and ``partitions``, the calls Spark makes) and in its partition (what the task settles before it reads)."""
     from pyspark_jetstream.client import runtime
     from pyspark_jetstream.options import parse_source_options
-    from pyspark_jetstream.source import partition_reader
+    from pyspark_jetstream.source.read import partition_reader
     from pyspark_jetstream.source.spark_readers import JetStreamStreamReader
     from pyspark_jetstream.spark_api import ReadAllAvailable
 

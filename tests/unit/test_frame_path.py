@@ -20,7 +20,7 @@ from pyspark_jetstream.errors import PartitionReadError
 from pyspark_jetstream.options import parse_source_options
 from pyspark_jetstream.protocol.ttl import InvalidTtl, server_ttl_seconds
 from pyspark_jetstream.source.columns.rows import MAX_TIMESTAMP_US, arrow_schema
-from pyspark_jetstream.source.partition_reader import _DONE, PartitionReader, build_batch
+from pyspark_jetstream.source.read.partition_reader import _DONE, PartitionReader, build_batch
 
 TS = 1_795_300_244_041_189_227
 GO_UNITS = ["ns", "us", "µs", "μs", "ms", "s", "m", "h"]

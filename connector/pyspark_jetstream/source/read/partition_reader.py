@@ -36,9 +36,9 @@ import uuid
 from collections.abc import Iterator
 from typing import Any
 
-from .. import task_notes
-from ..client import runtime
-from ..client.jsapi import (
+from ... import task_notes
+from ...client import runtime
+from ...client.jsapi import (
     ERR_MAXIMUM_CONSUMERS,
     is_transient,
     last_message_of_subject,
@@ -48,22 +48,22 @@ from ..client.jsapi import (
     stream_info,
     stream_subjects,
 )
-from ..client.nats_internals import events_of, is_clustered, raw_subscribe, raw_unsubscribe, send_raw
-from ..errors import (
+from ...client.nats_internals import events_of, is_clustered, raw_subscribe, raw_unsubscribe, send_raw
+from ...errors import (
     DataLossError,
     JetStreamApiError,
     PartitionReadError,
     StreamConfigError,
     StreamRecreatedError,
 )
-from ..logs import get_logger
-from ..options import SourceOptions
-from ..protocol.ack_subject import fast_fields
-from ..protocol.frames import pub_frame
-from ..protocol.headers import PENDING_BYTES, PENDING_MESSAGES, parse_headers, parse_status
-from ..protocol.pull_engine import Outcome, PullEngine
-from .columns.rows import BatchBuilder, RawBatch
-from .plan.subject_split import ALL, SubjectKeep, consumers_for, sequence_consumer
+from ...logs import get_logger
+from ...options import SourceOptions
+from ...protocol.ack_subject import fast_fields
+from ...protocol.frames import pub_frame
+from ...protocol.headers import PENDING_BYTES, PENDING_MESSAGES, parse_headers, parse_status
+from ...protocol.pull_engine import Outcome, PullEngine
+from ..columns.rows import BatchBuilder, RawBatch
+from ..plan.subject_split import ALL, SubjectKeep, consumers_for, sequence_consumer
 from .range_tracker import RangeTracker, Step
 
 log = get_logger("source")
@@ -677,7 +677,7 @@ class PartitionReader:
 def build_batch(raw: RawBatch) -> Any:
     """The Arrow batch of ``raw``; a failure names the stream, the sequence and the cause.
 
-    Building is total for everything a server delivers (see :mod:`.rows`),
+    Building is total for everything a server delivers (see :mod:`..columns.rows`),
     so this is the last line of defence, not a code path anyone should meet.
     """
     try:
@@ -706,8 +706,8 @@ async def _resolve(opts: SourceOptions, stream: str, first: int, last: int | Non
     split by subject): that the stream is still the one planned, the end of a read without one (the
     stream's last sequence now; a snapshot's consumers decide their own), and the filter subjects of
     each consumer it runs. None when the partition has nothing to read (a recreated stream whose
-    range is skipped, ``failOnDataLoss=false``): each with the :class:`~.plan.subject_split.SubjectKeep` that
-    keeps its messages when the server does not filter them exactly (:func:`~.plan.subject_split.consumers_for`)."""
+    range is skipped, ``failOnDataLoss=false``): each with the :class:`~..plan.subject_split.SubjectKeep` that
+    keeps its messages when the server does not filter them exactly (:func:`~..plan.subject_split.consumers_for`)."""
     depth, parts = split if split is not None else (ALL, 1)
     listing = split is not None and depth != ALL
     if not listing and created is None and (last is not None or last_per_subject):
