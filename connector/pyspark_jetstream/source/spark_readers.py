@@ -58,7 +58,7 @@ log = get_logger("source")
 
 
 def read_planned(opts: SourceOptions, partition: JetStreamPartition) -> Iterator[Any]:
-    from .read.partition_reader import read_partition
+    from .read.partition import read_partition
 
     if not isinstance(partition, JetStreamPartition):
         return  # Spark reads one default partition when a batch plan has none: an empty range
