@@ -22,6 +22,7 @@ from ...logs import get_logger
 
 log = get_logger("source")
 
+
 class ConsumerLifecycle:
     """The consumer part of :class:`~.partition_reader.PartitionReader` (whose state it reads and sets:
     ``consumer``, ``sub``, ``inbox``, ``pull_subject``, ``resetting``, ``set_left``)."""

@@ -53,6 +53,7 @@ def _builds(raw: RawBatch) -> bool:
     except Exception:
         return False
 
+
 def read_partition(opts: SourceOptions, stream: str, first: int, last: int | None,
                    created: str | None = None, max_age: float = 0.0, last_per_subject: bool = False,
                    split: tuple[int | None, int] | None = None, index: int = 0,
