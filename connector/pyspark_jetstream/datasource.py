@@ -25,7 +25,7 @@ class JetStreamDataSource(DataSource):
 
         # One per load() or view: Spark pickles this instance once per relation and hands that copy to
         # every planner of it, so the token tells two scans of one relation apart from two relations
-        # (source/pushdown_registry.py).
+        # (source/plan/pushdown_registry.py).
         self.relation = uuid.uuid4().hex
 
     @classmethod
@@ -37,15 +37,16 @@ class JetStreamDataSource(DataSource):
         says whether the read is a batch or a streaming one: the options are checked here, so that a
         mistake fails at ``load()`` naming the option, not later at ``start()`` or in a task."""
         from .options import parse_source_options
-        from .source.columns import ddl, default_columns
+        from .source.columns.selection import ddl, default_columns
 
         opts = parse_source_options(self.options, streaming=None)
         kv = opts.bucket is not None
         return ddl(kv, default_columns(kv, opts.include_headers))
 
     def _columns(self, schema) -> tuple[str, ...]:
-        """The columns of ``schema`` (Spark's StructType), checked against the source's (source/columns.py)."""
-        from .source.columns import chosen
+        """The columns of ``schema`` (Spark's StructType), checked against the source's
+        (source/columns/selection.py)."""
+        from .source.columns.selection import chosen
 
         kv = any(k.lower() == "bucket" for k in self.options)
         return chosen(kv, [(f.name, f.dataType.simpleString()) for f in schema.fields])
@@ -54,7 +55,7 @@ class JetStreamDataSource(DataSource):
         import dataclasses
 
         from .options import parse_source_options
-        from .source.columns import default_columns
+        from .source.columns.selection import default_columns
 
         opts = parse_source_options(self.options, streaming=streaming)
         if schema is None:
@@ -73,12 +74,12 @@ class JetStreamDataSource(DataSource):
             from .source.pushdown_reader import JetStreamPushdownReader
 
             return JetStreamPushdownReader(opts, getattr(self, "relation", None))
-        from .source.reader import JetStreamBatchReader
+        from .source.spark_readers import JetStreamBatchReader
 
         return JetStreamBatchReader(opts)
 
     def streamReader(self, schema):
-        from .source.reader import JetStreamStreamReader
+        from .source.spark_readers import JetStreamStreamReader
 
         return JetStreamStreamReader(self._source_options(schema, streaming=True))
 

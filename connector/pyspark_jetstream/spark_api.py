@@ -141,7 +141,7 @@ def _module_of(scope: dict) -> str | None:
 
 SCOPED_PUSHDOWN_VERSION = (4, 2)
 """The first PySpark whose tasks can tell which SQL execution they serve (a UUIDv7 query id that
-carries the execution's start: ``source/pushdown_scope.py``)."""
+carries the execution's start: ``source/plan/pushdown_scope.py``)."""
 
 
 def scoped_pushdown() -> bool:

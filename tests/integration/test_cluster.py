@@ -23,8 +23,8 @@ import pytest
 from pyspark.sql import functions as F
 
 from pyspark_jetstream.options import parse_source_options
-from pyspark_jetstream.source.partition_reader import read_partition
-from pyspark_jetstream.source.planning import split_range
+from pyspark_jetstream.source.plan.offsets import split_range
+from pyspark_jetstream.source.read.partition import read_partition
 
 from ..helpers import SyncNats, fill_stream, gate_at_sequence, wait_until
 

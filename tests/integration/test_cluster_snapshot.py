@@ -19,7 +19,7 @@ import nats
 import nats.errors
 
 from pyspark_jetstream.options import parse_source_options
-from pyspark_jetstream.source.partition_reader import read_partition
+from pyspark_jetstream.source.read.partition import read_partition
 
 from ..helpers import SyncNats, wait_until
 from .test_cluster import _stop_a_follower

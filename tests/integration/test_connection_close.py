@@ -37,7 +37,8 @@ from pyspark_jetstream.sink.encoder import OutFrame
 from pyspark_jetstream.sink.publisher import Publisher
 from pyspark_jetstream.sink.setup import plan_sink
 from pyspark_jetstream.sink.writer import write_partition
-from pyspark_jetstream.source.partition_reader import PartitionReader, read_partition
+from pyspark_jetstream.source.read.partition import read_partition
+from pyspark_jetstream.source.read.partition_reader import PartitionReader
 from pyspark_jetstream.tools.server import EmbeddedNatsServer
 
 from ..helpers import SyncNats, fill_stream, wait_until

@@ -192,7 +192,7 @@ def test_an_open_snapshot_does_not_end_on_the_pending_count_while_a_listed_subje
     the consumer's filters leave one listed subject out, so no consumer can deliver it. Held by the
     leader, it is asked for again and again and the read fails naming it; gone, the read ends."""
     from pyspark_jetstream.options import parse_source_options
-    from pyspark_jetstream.source import partition_reader as pr
+    from pyspark_jetstream.source.read import completion, partition
 
     nats_client.add_stream(stream_name, [f"{stream_name}.>"])
     for s in ("a", "b", "c"):
@@ -203,11 +203,11 @@ def test_an_open_snapshot_does_not_end_on_the_pending_count_while_a_listed_subje
 
     def read(expected):
         rows = []
-        for batch in pr._read_consumer(opts, stream_name, 1, None, 0.0, True, listed, True, expected):
+        for batch in partition.read_consumer(opts, stream_name, 1, None, 0.0, True, listed, True, expected):
             rows += batch.column("subject").to_pylist()
         return sorted(rows)
 
-    with pytest.raises(Exception, match=rf"nothing pending {pr.MAX_SNAPSHOT_RESETS} times while it still holds "
-                                        rf"{stream_name}\.c"):
+    resets = completion.MAX_SNAPSHOT_RESETS
+    with pytest.raises(Exception, match=rf"nothing pending {resets} times while it still holds {stream_name}\.c"):
         read(listed + (f"{stream_name}.c",))
     assert read(listed + (f"{stream_name}.gone",)) == list(listed)  # the leader holds nothing: not waited for

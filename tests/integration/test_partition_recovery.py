@@ -13,7 +13,7 @@ import pytest
 
 from pyspark_jetstream.errors import PartitionReadError
 from pyspark_jetstream.options import parse_source_options
-from pyspark_jetstream.source.partition_reader import read_partition
+from pyspark_jetstream.source.read.partition import read_partition
 from pyspark_jetstream.tools.server import EmbeddedNatsServer
 
 from ..helpers import SyncNats, fill_stream, wait_until

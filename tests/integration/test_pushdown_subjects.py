@@ -14,7 +14,7 @@ import pytest
 from pyspark.sql import functions as F
 from pyspark.sql.datasource import EqualTo, In
 
-from pyspark_jetstream.source.subject_split import MAX_FILTERS
+from pyspark_jetstream.source.plan.subject_split import MAX_FILTERS
 from pyspark_jetstream.spark_api import PUSHDOWN, PUSHDOWN_CONF, scoped_pushdown
 
 from ..helpers import publish, wait_until

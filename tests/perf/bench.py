@@ -149,7 +149,7 @@ async def raw_pull_to_arrow(url: str, stream: str, count: int, batch: int = 10_0
 
     import nats
 
-    from pyspark_jetstream.source.rows import BatchBuilder
+    from pyspark_jetstream.source.columns.rows import BatchBuilder
 
     nc = await nats.connect(url, pending_size=8 * 1024 * 1024)
     name = f"rawbench{uuid.uuid4().hex[:8]}"  # a fresh consumer per run

@@ -398,8 +398,8 @@ def one_message_micro_batch(spark, url: str, bucket: str) -> str:
     and ``partitions``, the calls Spark makes) and in its partition (what the task settles before it reads)."""
     from pyspark_jetstream.client import runtime
     from pyspark_jetstream.options import parse_source_options
-    from pyspark_jetstream.source import partition_reader
-    from pyspark_jetstream.source.reader import JetStreamStreamReader
+    from pyspark_jetstream.source.read import ownership
+    from pyspark_jetstream.source.spark_readers import JetStreamStreamReader
     from pyspark_jetstream.spark_api import ReadAllAvailable
 
     opts = parse_source_options({"servers": url, "bucket": bucket, "numPartitions": "4"}, streaming=True)
@@ -420,8 +420,8 @@ def one_message_micro_batch(spark, url: str, bucket: str) -> str:
     driver = time.perf_counter() - started
     started = time.perf_counter()
     for p in parts:
-        runtime.run(partition_reader._resolve(opts, p.stream, p.first, p.last, p.created, p.last_per_subject,
-                                              p.split, p.index))
+        runtime.run(ownership.resolve(opts, p.stream, p.first, p.last, p.created, p.last_per_subject,
+                                     p.split, p.index))
     in_partition = time.perf_counter() - started
     assert end["seq"] - start_offset["seq"] == 1 and len(parts) == 1
     return (f"One-message micro-batch on that bucket: planned in {driver * 1000:.0f} ms on the driver "

@@ -5,7 +5,7 @@ work as the connector's paths and in the same run:
 
 - :func:`pull_to_arrow`: one consumer, ``CONSUMER.MSG.NEXT`` pulls of 10k refilled at half,
   every MSG/HMSG frame parsed from the socket buffer in a tight loop and appended to the
-  connector's own :class:`~pyspark_jetstream.source.rows.BatchBuilder`, built into the same
+  connector's own :class:`~pyspark_jetstream.source.columns.rows.BatchBuilder`, built into the same
   Arrow batches every 10k messages;
 - :func:`pull_frames`: the same pulls by two consumers in parallel with nothing built, only the
   frames counted: what the server itself delivers (the headered reads are compared on it);
@@ -84,7 +84,7 @@ class _Conn:
 
 
 async def pull_to_arrow(url: str, stream: str, count: int, batch: int = 10_000) -> float:
-    from pyspark_jetstream.source.rows import BatchBuilder
+    from pyspark_jetstream.source.columns.rows import BatchBuilder
 
     builder = BatchBuilder(stream)
 

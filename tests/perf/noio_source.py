@@ -7,7 +7,7 @@ from __future__ import annotations
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
 
-from pyspark_jetstream.source.rows import SOURCE_SCHEMA_DDL
+from pyspark_jetstream.source.columns.rows import SOURCE_SCHEMA_DDL
 
 
 class _Range(InputPartition):
@@ -46,7 +46,7 @@ class NoIoReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
         import pyarrow as pa
 
-        from pyspark_jetstream.source.rows import arrow_schema
+        from pyspark_jetstream.source.columns.rows import arrow_schema
 
         n = partition.last - partition.first + 1
         now = dt.datetime.now(dt.timezone.utc)

@@ -1,4 +1,4 @@
-"""Spark's pushed filters turned into the read's narrowing (source/filter_pushdown.py), and the
+"""Spark's pushed filters turned into the read's narrowing (source/plan/filter_pushdown.py), and the
 direct-get replies a bucket's latest view of keys is read from (protocol/direct_get.py).
 
 One row per filter kind: what the read is narrowed to, and whether Spark keeps the filter. A filter
@@ -33,7 +33,7 @@ from pyspark.sql.datasource import (  # noqa: E402
 )
 
 from pyspark_jetstream.protocol.direct_get import BadReply, start_time, stored_block, time_ns  # noqa: E402
-from pyspark_jetstream.source.filter_pushdown import (  # noqa: E402
+from pyspark_jetstream.source.plan.filter_pushdown import (  # noqa: E402
     Pushed,
     is_literal,
     narrow_subjects,

@@ -19,8 +19,9 @@ from hypothesis import strategies as st
 from pyspark_jetstream.errors import PartitionReadError
 from pyspark_jetstream.options import parse_source_options
 from pyspark_jetstream.protocol.ttl import InvalidTtl, server_ttl_seconds
-from pyspark_jetstream.source.partition_reader import _DONE, PartitionReader, build_batch
-from pyspark_jetstream.source.rows import MAX_TIMESTAMP_US, arrow_schema
+from pyspark_jetstream.source.columns.rows import MAX_TIMESTAMP_US, arrow_schema
+from pyspark_jetstream.source.read.partition import build_batch
+from pyspark_jetstream.source.read.partition_reader import DONE, PartitionReader
 
 TS = 1_795_300_244_041_189_227
 GO_UNITS = ["ns", "us", "µs", "μs", "ms", "s", "m", "h"]
@@ -82,7 +83,7 @@ def test_any_message_becomes_a_row_of_the_declared_schema(msgs, bucket, batch_si
     n = len(msgs)
     frames = [(subj, _ack(i + 1, n - i - 1), data, hdr) for i, (subj, data, hdr) in enumerate(msgs)]
     items = _feed(frames, bucket=bucket, batch_size=batch_size)
-    assert items[-1] is _DONE
+    assert items[-1] is DONE
     batches = [build_batch(raw) for raw in items[:-1]]
     schema = arrow_schema(bucket is not None)
     assert all(b.schema == schema for b in batches)

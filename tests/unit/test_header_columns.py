@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pyspark_jetstream.source import header_columns
-from pyspark_jetstream.source.rows import BatchBuilder, arrow_schema
+from pyspark_jetstream.source.columns import header_columns
+from pyspark_jetstream.source.columns.rows import BatchBuilder, arrow_schema
 
 MAP = arrow_schema(True).field("headers").type
 NAMES = ("Nats-TTL", "Nats-Marker-Reason", "KV-Operation")
@@ -198,7 +198,7 @@ def reference_rows(rows, max_age: float, include_markers: bool) -> list[dict]:
 
     from pyspark_jetstream.protocol.headers import parse_headers
     from pyspark_jetstream.protocol.ttl import InvalidTtl, server_ttl_seconds
-    from pyspark_jetstream.source.rows import KV_OPERATION_OF_MARKER, MAX_TIMESTAMP_US
+    from pyspark_jetstream.source.columns.rows import KV_OPERATION_OF_MARKER, MAX_TIMESTAMP_US
 
     out = []
     for i, (ttl, marker, op) in enumerate(rows):

@@ -140,15 +140,15 @@ def test_a_checkpoint_split_by_subject_is_kept_until_the_user_chooses():
     """An upgrade keeps running (issue #39): a streaming query whose checkpoint records the read split by
     subject (the default before 0.2.0) goes on so, unless the option 'split' is given."""
     from pyspark_jetstream.options import parse_source_options
-    from pyspark_jetstream.source.reader import _keeps_subject_split
+    from pyspark_jetstream.source.plan.offsets import keeps_subject_split
 
     old = {"stream": "S", "seq": 10, "partitions": 4, "split": "subject", "depth": 1}
     default = parse_source_options({"servers": "nats://127.0.0.1:4222", "stream": "S"}, streaming=True)
     chosen = parse_source_options({"servers": "nats://127.0.0.1:4222", "stream": "S", "split": "sequence"},
                                   streaming=True)
-    assert _keeps_subject_split(default, old) is True
-    assert _keeps_subject_split(chosen, old) is False
-    assert _keeps_subject_split(default, {**old, "split": None}) is False
+    assert keeps_subject_split(default, old) is True
+    assert keeps_subject_split(chosen, old) is False
+    assert keeps_subject_split(default, {**old, "split": None}) is False
 # The spill (issue #39): under Spark's local directories, removed however the task ends, swept when
 # its task was killed, and memory about order.maxBufferBytes.
 

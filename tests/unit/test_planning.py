@@ -3,7 +3,7 @@
 import pytest
 
 from pyspark_jetstream.errors import DataLossError, JetStreamConnectorError, StreamRecreatedError
-from pyspark_jetstream.source.planning import (
+from pyspark_jetstream.source.plan.offsets import (
     BACKWARDS,
     RECREATED,
     SeqRange,

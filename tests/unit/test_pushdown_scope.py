@@ -1,13 +1,13 @@
-"""Which SQL execution a pushed read belongs to (source/pushdown_scope.py) and the note that tells two
-scans of one relation in one query (source/pushdown_registry.py): pure rules, no Spark."""
+"""Which SQL execution a pushed read belongs to (source/plan/pushdown_scope.py) and the note that tells two
+scans of one relation in one query (source/plan/pushdown_registry.py): pure rules, no Spark."""
 
 from __future__ import annotations
 
 import tempfile
 import uuid
 
-from pyspark_jetstream.source import pushdown_registry
-from pyspark_jetstream.source.pushdown_scope import narrowed_applies, start_ms
+from pyspark_jetstream.source.plan import pushdown_registry
+from pyspark_jetstream.source.plan.pushdown_scope import narrowed_applies, start_ms
 
 
 def _uuid7(ms: int) -> str:

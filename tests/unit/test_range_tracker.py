@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from pyspark_jetstream.source.range_tracker import RangeTracker, Step
+from pyspark_jetstream.source.read.range_tracker import RangeTracker, Step
 
 
 def test_messages_in_order_are_taken_and_advance_by_their_sequence_gap():

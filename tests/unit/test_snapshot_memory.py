@@ -9,7 +9,7 @@ import queue
 import sys
 
 from pyspark_jetstream.options import parse_source_options
-from pyspark_jetstream.source.partition_reader import PartitionReader
+from pyspark_jetstream.source.read.partition_reader import PartitionReader
 
 KEYS = 1_000_000
 BYTES_PER_KEY = 120

@@ -1,7 +1,7 @@
 """Raw messages -> Arrow batches of the source schema; status parsing."""
 
 from pyspark_jetstream.protocol.headers import parse_headers, parse_status
-from pyspark_jetstream.source.rows import BatchBuilder, arrow_schema
+from pyspark_jetstream.source.columns.rows import BatchBuilder, arrow_schema
 
 TS = 1_795_300_244_041_189_227
 

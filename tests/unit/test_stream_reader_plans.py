@@ -4,8 +4,8 @@ per micro-batch, and a replayed batch (planned before a restart) asks the server
 from __future__ import annotations
 
 from pyspark_jetstream.options import parse_source_options
-from pyspark_jetstream.source import reader
-from pyspark_jetstream.source.planning import StreamBounds
+from pyspark_jetstream.source import spark_readers
+from pyspark_jetstream.source.plan.offsets import StreamBounds
 from pyspark_jetstream.spark_api import ReadAllAvailable
 
 
@@ -16,9 +16,9 @@ def test_one_stream_info_per_micro_batch(monkeypatch):
         asked.append(1)
         return StreamBounds(first_seq=1, last_seq=100 * len(asked), created="t0")
 
-    monkeypatch.setattr(reader, "_bounds", bounds)
+    monkeypatch.setattr(spark_readers, "stream_bounds", bounds)
     opts = parse_source_options({"stream": "S", "startingOffsets": "earliest", "numPartitions": "2"}, streaming=True)
-    r = reader.JetStreamStreamReader(opts)
+    r = spark_readers.JetStreamStreamReader(opts)
     start = r.initialOffset()
     asked.clear()
     for _ in range(3):
@@ -34,11 +34,11 @@ def test_one_stream_info_per_micro_batch(monkeypatch):
 
 
 def test_the_split_is_recorded_with_the_offset_and_replayed_as_recorded(monkeypatch):
-    monkeypatch.setattr(reader, "_bounds", lambda opts: StreamBounds(first_seq=1, last_seq=40, created="t0",
+    monkeypatch.setattr(spark_readers, "stream_bounds", lambda opts: StreamBounds(first_seq=1, last_seq=40, created="t0",
                                                                       num_subjects=6))
     opts = parse_source_options({"stream": "S", "startingOffsets": "earliest", "numPartitions": "4",
                                  "split": "subject"}, streaming=True)
-    r = reader.JetStreamStreamReader(opts)
+    r = spark_readers.JetStreamStreamReader(opts)
     start = r.initialOffset()
     end = r.latestOffset(start, ReadAllAvailable())
     assert end["split"] == "subject" and end["depth"] is None  # literal subjects: 6 fit one consumer each
@@ -57,10 +57,10 @@ def test_the_split_is_recorded_with_the_offset_and_replayed_as_recorded(monkeypa
 
 
 def test_the_default_split_is_contiguous_sequence_ranges(monkeypatch):
-    monkeypatch.setattr(reader, "_bounds", lambda opts: StreamBounds(first_seq=1, last_seq=40, created="t0",
+    monkeypatch.setattr(spark_readers, "stream_bounds", lambda opts: StreamBounds(first_seq=1, last_seq=40, created="t0",
                                                                       num_subjects=6))
     opts = parse_source_options({"stream": "S", "startingOffsets": "earliest", "numPartitions": "4"}, streaming=True)
-    r = reader.JetStreamStreamReader(opts)
+    r = spark_readers.JetStreamStreamReader(opts)
     start = r.initialOffset()
     end = r.latestOffset(start, ReadAllAvailable())
     assert "split" not in end
@@ -73,12 +73,12 @@ def test_without_a_start_pyspark_4_0_gets_the_streams_end_and_an_idle_poll_lists
     recorded; a poll that finds nothing new returns the same end without listing the subjects again."""
     last = [500]
     listings = []
-    monkeypatch.setattr(reader, "_bounds", lambda opts: StreamBounds(first_seq=1, last_seq=last[0], created="t0",
+    monkeypatch.setattr(spark_readers, "stream_bounds", lambda opts: StreamBounds(first_seq=1, last_seq=last[0], created="t0",
                                                                       num_subjects=1000))
-    monkeypatch.setattr(reader, "_split_depth", lambda opts, bounds, parts: listings.append(1) or None)
+    monkeypatch.setattr(spark_readers, "split_depth", lambda opts, bounds, parts: listings.append(1) or None)
     opts = parse_source_options({"stream": "S", "startingOffsets": "earliest", "numPartitions": "4",
                                  "split": "subject"}, streaming=True)
-    r = reader.JetStreamStreamReader(opts)
+    r = spark_readers.JetStreamStreamReader(opts)
     first = r.latestOffset()
     assert (first["seq"], first["split"], len(listings)) == (500, "subject", 1)
     assert r.latestOffset() == first and len(listings) == 1  # idle: no new listing

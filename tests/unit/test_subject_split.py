@@ -7,7 +7,7 @@ import random
 import pytest
 
 from pyspark_jetstream.protocol.subjects import intersect, subject_matches
-from pyspark_jetstream.source.subject_split import (
+from pyspark_jetstream.source.plan.subject_split import (
     ALL,
     MAX_FILTERS,
     MAX_KNOWN,

@@ -19,7 +19,7 @@ from pyspark_jetstream.protocol.subjects import (
     is_valid_subject,
     is_valid_token,
 )
-from pyspark_jetstream.source.filter_pushdown import literal_subject
+from pyspark_jetstream.source.plan.filter_pushdown import literal_subject
 
 UNICODE_BLANKS = ["\u3000", "\u00a0", "\u2028", "\u2029", "\u1680", "\u200b", "\x0b", "\x1c", "\x1f", "\x85"]
 """What ``str.isspace`` or ``\\s`` call whitespace (or, U+200B, look like it) and the server does not."""

@@ -1,11 +1,11 @@
 """``spark.read`` with filter pushdown (PySpark 4.1+, ``spark.sql.python.filterPushdown.enabled``).
 
-The thin hook: :mod:`.filter_pushdown` decides what each filter asks of the read; this reader plans
-it beside the whole read of :class:`~.reader.JetStreamBatchReader`, once Spark has pushed the
+The thin hook: :mod:`.plan.filter_pushdown` decides what each filter asks of the read; this reader plans
+it beside the whole read of :class:`~.spark_readers.JetStreamBatchReader`, once Spark has pushed the
 filters (``pushFilters`` runs after the reader is made and before ``partitions``):
 
 - subjects (and keys) narrow the read's filter subjects, intersected with the option ``subjects``
-  but never with the stream's configured subjects (:func:`~.filter_pushdown.narrow_subjects`: a stream
+  but never with the stream's configured subjects (:func:`~.plan.filter_pushdown.narrow_subjects`: a stream
   holds subjects its configuration does not name, sourced, mirrored, transformed or from before a
   change of its subjects); a bucket's latest view of literal keys is read by batched direct gets
   instead, when the bucket allows them;
@@ -17,10 +17,10 @@ time could leave out rows that match. Spark filters times itself.
 
 **Each query answers itself.** PySpark 4.1 to 4.3 give the read a pushdown planned to every later
 scan of the same DataFrame or view, so each partition carries both reads, the narrowed one and the
-whole one, and the task picks by the SQL execution it serves (:mod:`.pushdown_scope`); every filter
+whole one, and the task picks by the SQL execution it serves (:mod:`.plan.pushdown_scope`); every filter
 is returned to Spark, so the whole read is right wherever it runs. Where no task can tell the
 executions apart (PySpark 4.1), and where another scan of the same relation was planned
-in the same query (:mod:`.pushdown_registry`), the narrowed read is not planned.
+in the same query (:mod:`.plan.pushdown_registry`), the narrowed read is not planned.
 
 Only :func:`~pyspark_jetstream.spark_api.pushdown_requested` readers are of this class: with the
 conf off, Spark refuses a reader that defines ``pushFilters``.
@@ -40,18 +40,19 @@ from ..errors import SharedPushdownError
 from ..logs import get_logger
 from ..options import SourceOptions
 from ..spark_api import execution_query_id, scoped_pushdown
-from .filter_pushdown import Translation, is_literal, narrow_subjects, translate
-from .pushdown_registry import another_scan_close_by, claim_partition
-from .pushdown_scope import narrowed_applies, start_ms
-from .reader import JetStreamBatchReader, JetStreamPartition, _read
-from .subject_split import MAX_FILTERS
+from .plan.filter_pushdown import Translation, is_literal, narrow_subjects, translate
+from .plan.partitions import JetStreamPartition
+from .plan.pushdown_registry import another_scan_close_by, claim_partition
+from .plan.pushdown_scope import narrowed_applies, start_ms
+from .plan.subject_split import MAX_FILTERS
+from .spark_readers import JetStreamBatchReader, read_planned
 
 log = get_logger("source")
 
 MAX_PUSHED_SUBJECTS = MAX_FILTERS
 """Most filter subjects a pushed filter may give a consumer read: a longer ``IN`` list is left to Spark.
 A read by sequence range runs one consumer per partition with every filter subject, and the project keeps
-a consumer at :data:`~.subject_split.MAX_FILTERS` (nats-server #6046)."""
+a consumer at :data:`~.plan.subject_split.MAX_FILTERS` (nats-server #6046)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -160,17 +161,17 @@ class JetStreamPushdownReader(JetStreamBatchReader):
 
     def read(self, partition: Any) -> Iterator[Any]:
         if not isinstance(partition, ScopedPartition):
-            return _read(self.opts, partition)
+            return read_planned(self.opts, partition)
         n = self._narrowing
         query_id = execution_query_id()
         if n is not None and narrowed_applies(partition.planned_ms, start_ms(query_id)):
             _check_one_scan(self.opts.stream, partition, query_id)
-            return _read(n.opts, partition.narrowed) if partition.narrowed is not None else iter(())
-        return _read(self.opts, partition.whole) if partition.whole is not None else iter(())
+            return read_planned(n.opts, partition.narrowed) if partition.narrowed is not None else iter(())
+        return read_planned(self.opts, partition.whole) if partition.whole is not None else iter(())
 
 
 def _check_one_scan(stream: str, partition: ScopedPartition, query_id: str | None) -> None:
-    """Refuse a narrowed read that a second scan of the same query shares (pushdown_registry.claim_partition)."""
+    """Refuse a narrowed read that a second scan of the same query shares (plan/pushdown_registry.claim_partition)."""
     from pyspark import TaskContext
 
     context = TaskContext.get()

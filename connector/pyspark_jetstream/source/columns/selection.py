@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ..errors import SchemaError
+from ...errors import SchemaError
 
 COLUMNS: tuple[tuple[str, str], ...] = (
     ("subject", "string"), ("data", "binary"), ("headers", "map<string,array<string>>"), ("stream", "string"),

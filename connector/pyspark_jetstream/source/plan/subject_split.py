@@ -44,7 +44,7 @@ from __future__ import annotations
 import zlib
 from collections.abc import Iterable, Sequence
 
-from ..protocol.subjects import consumer_filters, intersect, subject_matches
+from ...protocol.subjects import consumer_filters, intersect, subject_matches
 
 MAX_FILTERS = 100
 """Filter subjects per consumer (nats-server #6046); a snapshot with more groups reads them in chunks."""

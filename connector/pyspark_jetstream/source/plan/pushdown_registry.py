@@ -19,7 +19,7 @@ import os
 import tempfile
 import time
 
-from ..logs import get_logger
+from ...logs import get_logger
 
 log = get_logger("source")
 

@@ -1,6 +1,6 @@
 """A bucket's latest view of a few keys, by batched direct get (filter pushdown of ``key = ...`` and
 ``key IN (...)``): the last message of each key, deleted and purged keys left out as the latest
-view leaves them out (:class:`~.rows.BatchBuilder` with ``drop_removed_keys``)."""
+view leaves them out (:class:`~..columns.rows.BatchBuilder` with ``drop_removed_keys``)."""
 
 from __future__ import annotations
 
@@ -9,13 +9,13 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from ..client import runtime
-from ..client.direct_get import last_of_subjects
-from ..client.jsapi import is_transient, retry_delays
-from ..errors import PartitionReadError
-from ..options import SourceOptions
-from ..protocol.direct_get import MULTI_LAST_MAX, DirectMessage
-from .rows import BatchBuilder
+from ...client import runtime
+from ...client.direct_get import last_of_subjects
+from ...client.jsapi import is_transient, retry_delays
+from ...errors import PartitionReadError
+from ...options import SourceOptions
+from ...protocol.direct_get import MULTI_LAST_MAX, DirectMessage
+from ..columns.rows import BatchBuilder
 
 
 async def _fetch(opts: SourceOptions, stream: str, subjects: list[str], up_to: int | None) -> list[DirectMessage]:

@@ -32,7 +32,7 @@ import datetime as dt
 from dataclasses import dataclass
 from typing import Any
 
-from ..protocol.subjects import can_be_stored, intersect, is_publish_subject
+from ...protocol.subjects import can_be_stored, intersect, is_publish_subject
 
 _ONE_US = dt.timedelta(microseconds=1)
 _LAST_TIME = dt.datetime.max.replace(tzinfo=dt.timezone.utc)

@@ -24,8 +24,12 @@ held when the batch was planned), and a replay reads the same range.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from ..errors import JetStreamConnectorError
+from ...errors import JetStreamConnectorError
+
+if TYPE_CHECKING:
+    from ...options import SourceOptions
 
 
 @dataclass(frozen=True)
@@ -52,7 +56,7 @@ def stores_other_subjects(config: dict) -> bool:
 
 
 SPLIT_SUBJECT = "subject"
-"""``offset["split"]`` of a micro-batch read by subject (``source/subject_split.py``); ``offset["depth"]``
+"""``offset["split"]`` of a micro-batch read by subject (``source/plan/subject_split.py``); ``offset["depth"]``
 then says how its subjects were grouped. An offset without it was read by sequence ranges."""
 
 
@@ -195,3 +199,25 @@ def lost_range(start: int, end: int, bounds: StreamBounds) -> tuple[int, int] | 
     if end <= start or start + 1 >= bounds.first_seq:
         return None
     return start + 1, min(bounds.first_seq - 1, end)
+
+
+SNAPSHOT_NEXT = "lastPerSubject"
+"""In a start offset (``startingOffsets=lastPerSubject``): the next micro-batch is the snapshot."""
+SNAPSHOT = "snapshot"
+"""In an end offset: this micro-batch read the last message per subject of ``(start, end]``, not the
+range; a replay reads the last message per subject up to the same end again."""
+
+
+def keeps_subject_split(opts: SourceOptions, start: dict) -> bool:
+    """Whether a streaming query resumed from ``start`` (its checkpoint's last end offset) keeps reading split
+    by subject: the offset records that split (releases before 0.2.0 split by subject by default, and
+    their copies need no shuffle to keep each subject's order), and the user has not chosen a split.
+    Without this, such a job would stop at its first micro-batch after the upgrade (a copy straight from
+    a read split by sequence is refused)."""
+    return not opts.split_given and opts.split != "subject" and start.get("split") == SPLIT_SUBJECT
+
+
+def recreated_between(start: dict, end: dict) -> bool:
+    """Whether ``start`` and ``end`` were planned against different streams of the same name."""
+    before, after = start.get("created"), end.get("created")
+    return before is not None and after is not None and before != after

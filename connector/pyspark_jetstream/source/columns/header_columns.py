@@ -27,7 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ..protocol.headers import parse_headers
+from ...protocol.headers import parse_headers
 
 _PY_ASCII_WHITESPACE = " \t\n\x0b\x0c\r\x1c\x1d\x1e\x1f"
 """What ``str.strip()`` removes from ASCII text (``str.isspace``), so that both paths trim alike."""

@@ -20,8 +20,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..protocol.headers import KV_OPERATION, MARKER_REASON, TTL
-from ..protocol.ttl import InvalidTtl, server_ttl_seconds
+from ...protocol.headers import KV_OPERATION, MARKER_REASON, TTL
+from ...protocol.ttl import InvalidTtl, server_ttl_seconds
 from . import header_columns
 
 
@@ -71,7 +71,7 @@ class BatchBuilder:
         self.max_age_us = int(max_age * 1_000_000)
         full = arrow_schema(kv_bucket is not None)
         self.map_type = full.field("headers").type
-        # The read's columns (source/columns.py), in order: only those are built.
+        # The read's columns (source/columns/selection.py), in order: only those are built.
         self.schema = full if columns is None else pa_schema([full.field(name) for name in columns])
         self.needs_headers = (not include_markers or drop_removed_keys
                               or any(name in self.schema.names for name in _FROM_HEADERS))
