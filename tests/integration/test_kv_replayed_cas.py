@@ -211,7 +211,7 @@ def test_a_refused_row_whose_stored_copy_was_moved_back_into_order_is_found(nats
     first copy and stored it again as ``<id>:o1`` (sink/reorder.py). A replay of the row past the duplicate
     window is refused (the key moved on) and must be counted as stored: the key's last message carries the
     row under the moved copy's id."""
-    from pyspark_jetstream.sink.cas_replay import stored_already
+    from pyspark_jetstream.sink.records.cas_replay import stored_already
 
     bucket = f"b{stream_name.lower()}"
     kv = _bucket(nats_client, bucket, SHORT_NS)

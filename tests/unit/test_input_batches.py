@@ -13,7 +13,7 @@ import textwrap
 
 import pyarrow as pa
 
-from pyspark_jetstream.sink.input_batches import repaired
+from pyspark_jetstream.sink.order.input_batches import repaired
 
 HEADERS = pa.map_(pa.string(), pa.list_(pa.string()))
 
@@ -61,8 +61,8 @@ CHILD = """
 import sys
 sys.path[:0] = {paths!r}
 from tests.unit.test_input_batches import arrow_java_18_batch
-from pyspark_jetstream.sink.input_batches import repaired
-from pyspark_jetstream.sink.ordering import SortedRows
+from pyspark_jetstream.sink.order.input_batches import repaired
+from pyspark_jetstream.sink.order.decide import SortedRows
 batch = repaired(arrow_java_18_batch())
 print(batch.nbytes)
 rows = SortedRows("seq", 1 << 20)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from pyspark_jetstream.sink.order_check import OrderCheck
+from pyspark_jetstream.sink.order.order_check import OrderCheck
 
 
 def _batch(rows):
@@ -55,7 +55,7 @@ def test_a_task_writing_a_million_subjects_keeps_a_bounded_table_and_still_count
     """Issue #33, item 7: the table of highest sequences stays within MAX_SUBJECTS pairs (measured: its
     Arrow buffers at 100,000 subjects), a million subjects in order count nothing, and a recent subject
     going back still counts; a forgotten one is not counted (a lower bound, never a false alarm)."""
-    from pyspark_jetstream.sink.order_check import MAX_SUBJECTS
+    from pyspark_jetstream.sink.order.order_check import MAX_SUBJECTS
 
     check = OrderCheck("subject", "stream", "seq")
     total, step = 1_000_000, 100_000

@@ -13,8 +13,15 @@ import pyarrow as pa
 import pytest
 
 from pyspark_jetstream.errors import OrderError
-from pyspark_jetstream.sink import spill_dirs
-from pyspark_jetstream.sink.ordering import PUBLISH, SORT, SortedRows, SubjectSample, decide, shared_subjects
+from pyspark_jetstream.sink.order import spill_dirs
+from pyspark_jetstream.sink.order.decide import (
+    PUBLISH,
+    SORT,
+    SortedRows,
+    SubjectSample,
+    decide,
+    shared_subjects,
+)
 from pyspark_jetstream.task_notes import ReadNote, leave, take
 
 
@@ -209,7 +216,7 @@ PEAK = """
 import sys
 sys.path.insert(0, {connector!r})
 import pyarrow as pa
-from pyspark_jetstream.sink.ordering import SortedRows
+from pyspark_jetstream.sink.order.decide import SortedRows
 buffer = {buffer}
 rows = SortedRows("seq", buffer, {directory!r})
 fed = k = 0

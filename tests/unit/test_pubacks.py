@@ -14,7 +14,7 @@ import random
 
 import pytest
 
-from pyspark_jetstream.sink.publisher import DEAD_LETTER_TAG, Publisher
+from pyspark_jetstream.sink.publish.publisher import DEAD_LETTER_TAG, Publisher
 
 PREFIX = "_INBOX.abc."
 

@@ -14,9 +14,9 @@ import json
 from collections import Counter
 
 from pyspark_jetstream.protocol.frames import hpub_frame
-from pyspark_jetstream.sink import publisher as publisher_module
-from pyspark_jetstream.sink import replay_guard
-from pyspark_jetstream.sink.publisher import Publisher
+from pyspark_jetstream.sink.publish import publisher as publisher_module
+from pyspark_jetstream.sink.publish.publisher import Publisher
+from pyspark_jetstream.sink.records import replay_guard
 
 STREAM = "S"
 DROP, STORE, SILENT = "drop", "store", "silent"  # what the fake does with one copy of a frame

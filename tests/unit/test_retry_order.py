@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 
-from pyspark_jetstream.sink.retry_order import Place, RetryOrder
+from pyspark_jetstream.sink.publish.retry_order import Place, RetryOrder
 
 
 def test_rows_stored_past_a_missing_one_move_behind_it():
@@ -63,7 +63,7 @@ def test_after_the_walk_every_subject_is_in_the_task_order_once():
 
 def test_a_retried_attempt_numbers_its_moved_copies_apart():
     from pyspark_jetstream.protocol.frames import hpub_frame
-    from pyspark_jetstream.sink.publisher import Publisher
+    from pyspark_jetstream.sink.publish.publisher import Publisher
 
     block = b"NATS/1.0\r\nNats-Msg-Id: run:0:5\r\n\r\n"
     frame = (5, hpub_frame("T.s1", "_INBOX.x.5", block, b"p"), "T.s1", None, "run:0:5", len(block), 1)

@@ -24,9 +24,15 @@ from pyspark.sql.types import (
 from pyspark_jetstream.errors import OptionError
 from pyspark_jetstream.options import parse_sink_options
 from pyspark_jetstream.protocol import headers as hdrs
-from pyspark_jetstream.sink import sequencer as sq
-from pyspark_jetstream.sink.encoder import BatchEncoder, EncoderConfig, MsgIds, RowChoice, layout_from_schema
-from pyspark_jetstream.sink.setup import plan_sink
+from pyspark_jetstream.sink.encode.encoder import (
+    BatchEncoder,
+    EncoderConfig,
+    MsgIds,
+    RowChoice,
+    layout_from_schema,
+)
+from pyspark_jetstream.sink.plan.sink_plan import plan_sink
+from pyspark_jetstream.sink.reduce import sequencer as sq
 
 UTC = dt.timezone.utc
 

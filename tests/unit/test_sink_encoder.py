@@ -21,7 +21,7 @@ from pyspark.sql.types import (
 from pyspark_jetstream.errors import SchemaError
 from pyspark_jetstream.protocol.frames import parse_hpub_frame
 from pyspark_jetstream.protocol.headers import parse_headers
-from pyspark_jetstream.sink.encoder import (
+from pyspark_jetstream.sink.encode.encoder import (
     BatchEncoder,
     EncoderConfig,
     InputLayout,

@@ -27,7 +27,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from pyspark_jetstream.sink.encoder import BatchEncoder, EncoderConfig, MsgIds, layout_from_schema
+from pyspark_jetstream.sink.encode.encoder import BatchEncoder, EncoderConfig, MsgIds, layout_from_schema
 
 NOW = dt.datetime(2026, 11, 24, 12, 0, tzinfo=dt.timezone.utc)
 SUBJECTS = ["orders.eu", "orders.é.1", "a", "bad subject", "x.*", "", None, "k" * 200]
@@ -138,7 +138,7 @@ def test_a_batch_encoded_in_slices_gives_the_whole_batchs_frames_refusals_and_id
     """The writer encodes each Arrow batch in slices of half the window: running positions and the
     content-addressed ids (one source message exploded into adjacent rows across a slice's edge)
     must come out as if the batch were encoded at once."""
-    from pyspark_jetstream.sink.writer import slices
+    from pyspark_jetstream.sink.task.write import slices
 
     n = 2500
     fields = [StructField("subject", StringType()), StructField("data", BinaryType()),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from pyspark_jetstream.sink.superseded import Superseded, order_key
+from pyspark_jetstream.sink.records.superseded import Superseded, order_key
 
 RUN = "q-1:7"
 

@@ -34,11 +34,11 @@ import base64
 import uuid
 from typing import Any
 
-from ..client import jsapi
-from ..logs import get_logger
-from ..protocol import kv
-from ..protocol.puback import parse_puback
-from .reorder import base_id
+from ...client import jsapi
+from ...logs import get_logger
+from ...protocol import kv
+from ...protocol.puback import parse_puback
+from ..publish.reorder import base_id
 
 log = get_logger("sink")
 

@@ -47,12 +47,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..client import jsapi
-from ..errors import JetStreamApiError
-from ..logs import get_logger
-from ..protocol import kv
-from ..protocol.ack_subject import fast_fields
-from .reorder import base_id
+from ...client import jsapi
+from ...errors import JetStreamApiError
+from ...logs import get_logger
+from ...protocol import kv
+from ...protocol.ack_subject import fast_fields
+from ..publish.reorder import base_id
 from .superseded import Superseded
 
 log = get_logger("sink")
@@ -254,7 +254,7 @@ async def window(nc: Any, plan: GuardPlan, records: list[Record], last: int) -> 
 def _server_time(text: str | None) -> Any:
     """A STREAM.MSG.GET ``time`` (RFC 3339, nanoseconds) as an aware datetime (microseconds); None when
     there is none or it does not parse."""
-    from ..protocol.direct_get import time_ns
+    from ...protocol.direct_get import time_ns
 
     if not text:
         return None

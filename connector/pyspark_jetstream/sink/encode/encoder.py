@@ -48,13 +48,13 @@ import operator
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from ..errors import SchemaError
-from ..protocol import headers as hdrs
-from ..protocol import kv
-from ..protocol.frames import hpub_frame
-from ..protocol.headers import MSG_ID, TTL
-from ..protocol.subjects import is_receivable_subject
-from ..protocol.ttl import InvalidTtl, TtlResolver, remaining_ttl_seconds
+from ...errors import SchemaError
+from ...protocol import headers as hdrs
+from ...protocol import kv
+from ...protocol.frames import hpub_frame
+from ...protocol.headers import MSG_ID, TTL
+from ...protocol.subjects import is_receivable_subject
+from ...protocol.ttl import InvalidTtl, TtlResolver, remaining_ttl_seconds
 
 INPUT_COLUMNS = ("subject", "data", "headers", "ttl", "expires_at", "msg_id")
 """Columns the sink publishes from (names matched case-insensitively)."""

@@ -23,12 +23,12 @@ import random
 import time
 from typing import Any
 
-from ..client import jsapi, runtime
-from ..errors import PublishError
-from ..protocol import kv
-from ..protocol.frames import hpub_frame
-from ..protocol.headers import EXPECTED_LAST_SUBJECT_SEQUENCE, SEQUENCE
-from .encoder import OutFrame, RowChoice
+from ...client import jsapi, runtime
+from ...errors import PublishError
+from ...protocol import kv
+from ...protocol.frames import hpub_frame
+from ...protocol.headers import EXPECTED_LAST_SUBJECT_SEQUENCE, SEQUENCE
+from ..encode.encoder import OutFrame, RowChoice
 from .sequencer import TAG_NAMES, Reduction, SequenceMismatch, encode_value, is_newer
 
 MAX_TRIES = 10

@@ -36,8 +36,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import OrderError
-from ..task_notes import ReadNote
+from ...errors import OrderError
+from ...task_notes import ReadNote
 
 PUBLISH = "publish"
 """Publish rows as they come: without the source's ``seq`` there is nothing to order them by."""

@@ -45,10 +45,10 @@ import re
 import time
 from dataclasses import dataclass
 
-from ..client.nats_internals import raw_subscribe, raw_unsubscribe
-from ..errors import AckTimeoutError, JetStreamConnectorError
-from ..protocol.headers import EXPECTED_LAST_SUBJECT_SEQUENCE, parse_status
-from ..protocol.puback import DUPLICATE, ERROR, may_be_plain, parse_puback
+from ...client.nats_internals import raw_subscribe, raw_unsubscribe
+from ...errors import AckTimeoutError, JetStreamConnectorError
+from ...protocol.headers import EXPECTED_LAST_SUBJECT_SEQUENCE, parse_status
+from ...protocol.puback import DUPLICATE, ERROR, may_be_plain, parse_puback
 
 RETRY_503_INTERVAL = 0.25
 """Seconds between resends of frames answered by 503 in a cluster (nats.go's publish retry wait)."""
@@ -102,7 +102,7 @@ class Publisher:
         self._nc = nc
         self._idempotent = idempotent
         # 503 means "between leaders" only where there are leaders to elect.
-        from ..client.nats_internals import is_clustered
+        from ...client.nats_internals import is_clustered
 
         self._retry_503 = is_clustered(nc)
         # Ordered recovery (module docstring): every frame to one stream, ids to resend safely, a cluster.
@@ -160,7 +160,7 @@ class Publisher:
         self._unwritten: list[bytes] = []  # buffers handed to nats-py that may still wait in its write buffer
 
     async def start(self) -> Publisher:
-        from ..client.nats_internals import events_of
+        from ...client.nats_internals import events_of
 
         events_of(self._nc).listeners.add(self)
         inbox = self._nc.new_inbox()
@@ -426,7 +426,7 @@ class Publisher:
         short one, or a slow election), and then the server stores the frame a second time (the chaos
         soak's cluster phase: 418 rows stored twice). Returns the frames still to send. One headers-only
         read of the stream after the highest sequence acked before the oldest of them was sent."""
-        from .replay_guard import stored_sequences
+        from ..records.replay_guard import stored_sequences
 
         oldest = min(self._pending[t] for t in tokens)  # their first sends: a resend keeps the number
         floor = max((seq for first, seq in self._floors if first <= oldest), default=0)
@@ -483,8 +483,8 @@ class Publisher:
         return refused
 
     async def _delete(self, seq: int) -> bool:
-        from ..client import jsapi
-        from ..errors import JetStreamApiError
+        from ...client import jsapi
+        from ...errors import JetStreamApiError
 
         for attempt in range(20):
             try:
@@ -503,7 +503,7 @@ class Publisher:
     def _renamed(self, sent: tuple, number: int | None = None) -> tuple:
         """``sent`` under a new id (:func:`~.reorder.moved_id`, numbered ``number``, else by this round): its
         stored copy was deleted (or is to be), and the server would take the old id for a duplicate."""
-        from ..protocol.frames import hpub_frame, parse_hpub_frame
+        from ...protocol.frames import hpub_frame, parse_hpub_frame
         from . import reorder
 
         position, frame, subject, ttl, msg_id, _, payload_len = sent[:7]
@@ -531,7 +531,7 @@ class Publisher:
 
     async def _send(self, buffer: bytes) -> None:
         """Hand ``buffer`` to the connection, remembering it until nats-py has written it (see :meth:`abort`)."""
-        from ..client.nats_internals import send_raw, still_pending
+        from ...client.nats_internals import send_raw, still_pending
 
         self._unwritten = still_pending(self._nc, self._unwritten)
         self._unwritten.append(buffer)
@@ -681,7 +681,7 @@ class Publisher:
     async def abort(self) -> None:
         """Close after the task failed: frames nats-py still holds (the connection is down) are
         dropped, so that they are not published after the reconnect, behind the task's back."""
-        from ..client.nats_internals import discard_pending
+        from ...client.nats_internals import discard_pending
 
         if not self._nc.is_closed:
             discard_pending(self._nc, self._unwritten)
@@ -689,7 +689,7 @@ class Publisher:
         await self.close()
 
     async def close(self) -> None:
-        from ..client.nats_internals import events_of
+        from ...client.nats_internals import events_of
 
         events_of(self._nc).listeners.discard(self)
         for task in list(self._tasks):

@@ -19,20 +19,16 @@ the commit log line counts the others among the duplicates (never silently).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from collections.abc import Iterable
 from typing import Any
 
-from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
-
-from ..client import jsapi, runtime
-from ..errors import PublishError
-from ..logs import get_logger
-from ..options import SinkOptions
-from ..protocol import headers as hdrs
-from ..protocol import kv
-from ..protocol.frames import hpub_frame
-from ..protocol.headers import (
+from ...client import jsapi, runtime
+from ...errors import PublishError
+from ...logs import get_logger
+from ...protocol import headers as hdrs
+from ...protocol import kv
+from ...protocol.frames import hpub_frame
+from ...protocol.headers import (
     DLQ_ERR_CODE,
     DLQ_ERROR,
     DLQ_ORIGINAL_SIZE,
@@ -41,10 +37,9 @@ from ..protocol.headers import (
     DLQ_TRUNCATED,
     DLQ_TTL,
 )
-from ..spark_api import StreamWriterBase
-from .encoder import EncoderConfig, InputLayout, MsgIds, OutFrame, RowChoice, RowRejection
-from .replay_guard import GuardPlan
-from .sequencer import SequencePlan
+from ..encode.encoder import MsgIds, OutFrame, RowChoice, RowRejection
+from ..plan.sink_plan import SinkPlan
+from .commit import SinkCommitMessage, describe_target
 
 log = get_logger("sink")
 
@@ -54,39 +49,6 @@ was cut and how long it was."""
 
 _DLQ_VALUE_MAX = 1024
 """Longest value of a dead-letter header the connector writes (a subject can be long)."""
-
-
-@dataclass(frozen=True)
-class SinkPlan:
-    options: SinkOptions
-    layout: InputLayout
-    encoder: EncoderConfig
-    run_id: str | None  # fixed on the driver for batch writes; None for streaming
-    guard: GuardPlan | None = None  # exactly-once past the duplicate window (replay_guard)
-    stream_subjects: tuple[str, ...] | None = None  # the subjects of option 'stream', as checked at start
-    sequence: SequencePlan | None = None  # option 'sequenceBy' (sink/sequencer.py)
-    row_schema: Any = None  # the input's pyarrow.Schema, where Spark gives the writer rows (row_batches)
-
-
-@dataclass
-class SinkCommitMessage(WriterCommitMessage):
-    partition: int = 0
-    published: int = 0
-    duplicates: int = 0
-    dead_lettered: int = 0
-    expired: int = 0
-    markers_skipped: int = 0
-    already_stored: int = 0  # rows an earlier attempt of this run stored (replay_guard), not published again
-    older_in_write: int = 0  # sequenceBy: rows left out for a newer row of their key in the same task
-    older_than_stored: int = 0  # sequenceBy: rows not newer than their key's stored value
-    out_of_order: int = 0  # rows as read that came right after a later source sequence of their subject (order_check)
-    subjects: Any = None  # order=subject, rows held and sorted: a sample of their subjects (ordering.SubjectSample)
-    reordered: int = 0  # messages moved back into their subject's order after a leader change (reorder)
-    left_out_of_order: int = 0  # ... that the stream would not let the sink delete
-    unpositioned: int = 0  # order=subject: rows published as they came, without 'seq', not straight from a read
-    run: str | None = None  # the task's run id (``<queryId>:<batchId>`` for a micro-batch)
-    query_id: str | None = None  # a streaming write's query (the task's local properties), for the driver's log
-    query_name: str | None = None
 
 
 def _escape(value: Any) -> str:
@@ -181,17 +143,6 @@ def _query_of_task() -> tuple[str | None, str | None]:
     return query_id, name
 
 
-def describe_target(opts: SinkOptions) -> str:
-    """Where a write goes, as its options name it (for the commit log line)."""
-    if opts.bucket is not None:
-        return f"bucket '{opts.bucket}'"
-    if opts.stream is not None:
-        return f"stream '{opts.stream}'"
-    if opts.subject is not None:
-        return f"subject '{opts.subject}'"
-    return "the rows' subjects"
-
-
 MIN_SLICE = 1024
 """The fewest rows :meth:`WriteTask.publish` encodes at once (below, encoding's fixed cost per call shows)."""
 
@@ -212,8 +163,8 @@ class WriteTask:
     beside it (:class:`~pyspark_jetstream.sink.encoder.OutFrame`), so settling parses nothing."""
 
     def __init__(self, plan: SinkPlan) -> None:
-        from .encoder import BatchEncoder
-        from .publisher import Publisher
+        from ..encode.encoder import BatchEncoder
+        from ..publish.publisher import Publisher
 
         self.plan = plan
         self.opts = opts = plan.options
@@ -240,12 +191,12 @@ class WriteTask:
         self.sample = None  # ... and a sample of their subjects, for the driver (ordering.SubjectSample)
         layout = plan.layout
         if layout.as_read and layout.source_seq is not None and plan.sequence is None and opts.order == "none":
-            from .order_check import OrderCheck
+            from ..order.order_check import OrderCheck
 
             self.order = OrderCheck(layout.key if opts.bucket is not None else layout.subject,
                                     layout.source_stream, layout.source_seq)
         if plan.sequence is not None:
-            from .sequenced_write import SequencedWrite
+            from ..reduce.sequenced_write import SequencedWrite
 
             self.sequenced = SequencedWrite(self)
 
@@ -271,7 +222,7 @@ class WriteTask:
             return {}
         from pyspark import TaskContext
 
-        from . import replay_guard
+        from ..records import replay_guard
 
         ctx = TaskContext.get()
         # The task attempt, not the stage and attempt number: a stage Spark resubmits (a lost shuffle
@@ -295,7 +246,7 @@ class WriteTask:
         if attempt.replay and self.opts.order == "subject":
             import hashlib
 
-            from .retry_order import RetryOrder
+            from ..publish.retry_order import RetryOrder
 
             self.retry_order = RetryOrder(attempt.stored)
             self.deny_delete = attempt.deny_delete
@@ -320,7 +271,7 @@ class WriteTask:
         record = getattr(self, "_guard_record", None)
         if not finished or record is None:
             return
-        from . import replay_guard
+        from ..records import replay_guard
 
         async def done() -> None:
             nc = await runtime.connection(self.opts.connection)
@@ -368,8 +319,8 @@ class WriteTask:
         """``order=subject``, at the task's first rows: refuse rows that come straight from a read split by
         sequence ranges, publish rows straight from an ordered read as they come, hold and sort the rest
         (sink/ordering.py)."""
-        from .. import task_notes
-        from .ordering import SORT, SortedRows, SubjectSample
+        from ... import task_notes
+        from ..order.decide import SORT, SortedRows, SubjectSample
 
         self.undecided = False
         self.notes = task_notes.take()
@@ -426,7 +377,7 @@ class WriteTask:
         moved id, their old copies deleted once the new ones are stored (:meth:`_delete_stale`). A target
         that refuses deletes keeps them where they are (counted, as the publisher's repair does), and so
         does a compare-and-set row (sent again behind the missing one it would be refused)."""
-        from .publisher import _conditional
+        from ..publish.publisher import _conditional
 
         order, superseded, pub = self.retry_order, self.superseded, self.pub
         bucket = self.opts.bucket is not None
@@ -532,7 +483,7 @@ class WriteTask:
             f for f in failures if f.err_code == kv.ERR_WRONG_LAST_SEQUENCE and OutFrame._make(f.sent).msg_id]
         if not candidates:
             return failures
-        from .cas_replay import stored_already
+        from ..records.cas_replay import stored_already
 
         stream, prefix = kv.stream_name(self.opts.bucket), self.opts.api_prefix
         rows = [(sent.subject, sent.msg_id, kv.expected_revision_of(sent.header_block))
@@ -614,7 +565,7 @@ class WriteTask:
         """``order=subject``: with the task's input over, every note of its reads is there; refuse (before
         anything is published) a task that read only some ranges of a read split into several, even one
         that got no row (sink/ordering.py: the guard is a property of the query)."""
-        from .. import task_notes
+        from ... import task_notes
 
         if self.undecided:  # no row came: nothing was decided
             self.undecided = False
@@ -627,7 +578,7 @@ class WriteTask:
 
     def _decide(self, notes: list, *, ended: bool) -> str:
         """sink/ordering.decide for this task's rows: whether they carry the source's positions."""
-        from .ordering import decide
+        from ..order.decide import decide
 
         layout = self.plan.layout
         return decide(notes, layout.as_read and layout.source_seq is not None, describe_target(self.opts), ended=ended)
@@ -671,7 +622,7 @@ class WriteTask:
 
 
 def write_partition(plan: SinkPlan, batches: Iterable[Any]) -> SinkCommitMessage:
-    from .input_batches import sound
+    from ..order.input_batches import sound
 
     task = WriteTask(plan)
     failed = True
@@ -686,126 +637,3 @@ def write_partition(plan: SinkPlan, batches: Iterable[Any]) -> SinkCommitMessage
     return message
 
 
-def log_totals(messages: Iterable[Any], batch_id: int | None = None, target: str | None = None) -> dict[str, int]:
-    """Log a commit's totals, naming the target (:func:`describe_target`) and, for a streaming write,
-    the query (its name, else its id, as the tasks saw them), so that the lines of two queries in one
-    driver can be told apart."""
-    totals = {"published": 0, "duplicates": 0, "dead_lettered": 0, "expired": 0, "markers_skipped": 0,
-              "already_stored": 0, "older_in_write": 0, "older_than_stored": 0, "out_of_order": 0, "reordered": 0,
-              "left_out_of_order": 0, "unpositioned": 0}
-    query = None
-    samples = []
-    for m in messages:
-        if isinstance(m, SinkCommitMessage):
-            for key in totals:
-                totals[key] += getattr(m, key)
-            if query is None and m.query_id is not None:
-                query = f"query '{m.query_name}'" if m.query_name else f"query id {m.query_id}"
-            if m.subjects is not None and m.subjects.entries:
-                samples.append((m.partition, m.subjects))
-    totals["shared_subjects"] = _warn_shared(samples, target)
-    where = f"batch {batch_id}" if batch_id is not None else "write"
-    whose = ", ".join(part for part in (query, f"to {target}" if target else None) if part)
-    log.info(
-        "JetStream sink %s committed: %d published, %d duplicates dropped by the server%s, %d dead-lettered, "
-        "%d expired before publishing%s%s",
-        where, totals["published"], totals["duplicates"],
-        # Besides retried tasks and replays, rows no generated id tells apart (MsgIds) land here.
-        " (copies from a retried task or a replay, or rows sharing a Nats-Msg-Id)" if totals["duplicates"] else "",
-        totals["dead_lettered"], totals["expired"],
-        (f", {totals['markers_skipped']} delete markers skipped" if totals["markers_skipped"] else "")
-        + (f", {totals['already_stored']} stored by an earlier attempt (not stored again)"
-           if totals["already_stored"] else "")
-        + (f", {totals['older_in_write'] + totals['older_than_stored']} older than their key's newest (sequenceBy) "
-           f"skipped ({totals['older_than_stored']} not newer than the stored value, {totals['older_in_write']} "
-           "superseded by a newer row in the write)" if totals["older_in_write"] or totals["older_than_stored"]
-           else "")
-        + (f", {totals['reordered']} messages moved back into their subject's order after a stream leader change "
-           "or behind a row a failed attempt left missing (deleted and published again)" if totals["reordered"]
-           else "")
-        + (f", {totals['left_out_of_order']} messages stored ahead of an earlier one of their subject during a leader "
-           "change or a failed attempt that the stream would not let the sink delete (it denies deletes: allow them "
-           "to keep the order)"
-           if totals["left_out_of_order"] else "")
-        + (f", {totals['unpositioned']} rows published in the order they arrived, without the column 'seq': if "
-           "they are a copy of a JetStream read through a shuffle, each subject's order was not kept (keep the "
-           "columns 'stream' and 'seq' after `.repartition(n, \"subject\")`: docs/source.md, 'Splits: order per "
-           "subject')" if totals["unpositioned"] else "")
-        + (f", {totals['out_of_order']} rows came after a later source sequence of their subject in the same task: "
-           "the source order was broken between the read and this write (a shuffle?), and the target stores "
-           "them so (see docs/source.md, 'Splits: order per subject')" if totals["out_of_order"] else ""),
-        f" ({whose})" if whose else "",
-    )
-    return totals
-
-
-def _warn_shared(samples: list, target: str | None) -> int:
-    """Warn when a sample shows a subject written by several tasks (sink/ordering.py): their rows were put in
-    source order within each task, but the tasks published at the same time. How many sampled subjects."""
-    from .ordering import shared_subjects
-
-    shared = shared_subjects(samples)
-    if shared:
-        subject, tasks = next(iter(sorted(shared.items())))
-        log.warning(
-            "JetStream sink%s: %d of the subjects sampled from this write were written by more than one task (e.g. "
-            "%r by tasks %s), so their order in the target is not guaranteed: the rows did not come through "
-            "`.repartition(n, \"subject\")` (for a bucket, \"key\") after the read (a cache, or a shuffle by "
-            "something else?). See docs/source.md, 'Splits: order per subject'.",
-            f" (to {target})" if target else "", len(shared), subject, ", ".join(map(str, tasks)))
-    return len(shared)
-
-
-class JetStreamBatchWriter(DataSourceArrowWriter):
-    def __init__(self, plan: SinkPlan) -> None:
-        self.plan = plan
-
-    def write(self, iterator: Iterator[Any]) -> SinkCommitMessage:
-        return write_partition(self.plan, iterator)
-
-    def commit(self, messages: list[Any]) -> None:
-        log_totals(messages, target=describe_target(self.plan.options))
-
-    def abort(self, messages: list[Any]) -> None:
-        log.warning("JetStream batch write aborted; rows already stored stay in the stream (ids are idempotent).")
-
-
-class JetStreamStreamWriter(StreamWriterBase):
-    """Arrow batches from PySpark 4.1 on; rows on 4.0, gathered into batches first (``row_batches``)."""
-
-    def __init__(self, plan: SinkPlan) -> None:
-        self.plan = plan
-
-    def write(self, iterator: Iterator[Any]) -> SinkCommitMessage:
-        if self.plan.row_schema is not None:  # set by plan_sink where Spark gives rows (PySpark 4.0)
-            from .row_batches import row_batches
-
-            iterator = row_batches(iterator, self.plan.row_schema)
-        return write_partition(self.plan, iterator)
-
-    def commit(self, messages: list[Any], batchId: int) -> None:
-        log_totals(messages, batchId, target=describe_target(self.plan.options))
-        self._forget_previous(messages, batchId)
-
-    def _forget_previous(self, messages: list[Any], batch_id: int) -> None:
-        """Batch ``batch_id - 1`` can no longer be replayed (Spark logged its commit before planning this
-        one): delete its replay records. A failure only leaves them to the bucket's MaxAge."""
-        guard = self.plan.guard
-        run = next((m.run for m in messages if isinstance(m, SinkCommitMessage) and m.run), None)
-        if guard is None or run is None or batch_id < 1:
-            return
-        from . import replay_guard
-
-        previous = f"{run.rsplit(':', 1)[0]}:{batch_id - 1}"
-
-        async def forget() -> None:
-            nc = await runtime.connection(self.plan.options.connection)
-            await replay_guard.forget(nc, guard, previous)
-
-        try:
-            runtime.run(forget(), timeout=30)
-        except Exception as exc:
-            log.warning("Could not delete the replay records of %s from KV bucket %s: %s", previous, guard.bucket, exc)
-
-    def abort(self, messages: list[Any], batchId: int) -> None:
-        log.warning("JetStream micro-batch %s aborted; its replay re-publishes the same msg ids.", batchId)
