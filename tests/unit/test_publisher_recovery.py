@@ -15,6 +15,7 @@ from collections import Counter
 
 from pyspark_jetstream.protocol.frames import hpub_frame
 from pyspark_jetstream.sink.publish import publisher as publisher_module
+from pyspark_jetstream.sink.publish import recovery
 from pyspark_jetstream.sink.publish.publisher import Publisher
 from pyspark_jetstream.sink.records import replay_guard
 
@@ -123,7 +124,7 @@ def _install(monkeypatch, fake: FakeClusteredStream) -> None:
     monkeypatch.setattr(publisher_module, "raw_subscribe", subscribe)
     monkeypatch.setattr(publisher_module, "raw_unsubscribe", unsubscribe)
     monkeypatch.setattr(replay_guard, "stored_sequences", fake.stored_sequences)
-    monkeypatch.setattr(publisher_module, "QUIET", 0.1)  # the quiet period, short: the fake answers at once
+    monkeypatch.setattr(recovery, "QUIET", 0.1)  # the quiet period, short: the fake answers at once
 
 
 def _out_frames(pub: Publisher, subject: str, count: int, expect: dict[int, int] | None = None) -> list[tuple]:

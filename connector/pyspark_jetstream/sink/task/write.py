@@ -377,7 +377,7 @@ class WriteTask:
         moved id, their old copies deleted once the new ones are stored (:meth:`_delete_stale`). A target
         that refuses deletes keeps them where they are (counted, as the publisher's repair does), and so
         does a compare-and-set row (sent again behind the missing one it would be refused)."""
-        from ..publish.publisher import _conditional
+        from ..publish.moves import is_conditional
 
         order, superseded, pub = self.retry_order, self.superseded, self.pub
         bucket = self.opts.bucket is not None
@@ -399,7 +399,7 @@ class WriteTask:
             if not place.moved:
                 out.append(f)
                 continue
-            if (self.deny_delete and not bucket) or _conditional(f):
+            if (self.deny_delete and not bucket) or is_conditional(f):
                 self.already_stored += 1
                 self.left_in_place += 1
                 continue
