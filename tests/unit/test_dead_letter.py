@@ -15,7 +15,7 @@ from pyspark_jetstream.protocol.headers import (
     encode_block,
     parse_headers,
 )
-from pyspark_jetstream.sink.encode.encoder import RowRejection
+from pyspark_jetstream.sink.encode.rows import RowRejection
 from pyspark_jetstream.sink.task.write import dead_letter_frame
 
 

@@ -24,13 +24,10 @@ from pyspark.sql.types import (
 from pyspark_jetstream.errors import OptionError
 from pyspark_jetstream.options import parse_sink_options
 from pyspark_jetstream.protocol import headers as hdrs
-from pyspark_jetstream.sink.encode.encoder import (
-    BatchEncoder,
-    EncoderConfig,
-    MsgIds,
-    RowChoice,
-    layout_from_schema,
-)
+from pyspark_jetstream.sink.encode.encoder import BatchEncoder
+from pyspark_jetstream.sink.encode.layout import EncoderConfig, layout_from_schema
+from pyspark_jetstream.sink.encode.msg_ids import MsgIds
+from pyspark_jetstream.sink.encode.rows import RowChoice
 from pyspark_jetstream.sink.plan.sink_plan import plan_sink
 from pyspark_jetstream.sink.reduce import sequencer as sq
 

@@ -14,7 +14,7 @@ from ...options import SinkOptions, parse_sink_options
 from ...protocol import kv
 from ...protocol.durability import durability_risks
 from ...spark_api import ARROW_STREAM_WRITER
-from ..encode.encoder import EncoderConfig, InputLayout, layout_from_schema
+from ..encode.layout import EncoderConfig, InputLayout, layout_from_schema
 from ..records import replay_guard
 from ..records.replay_guard import GuardPlan
 from ..reduce import sequencer

@@ -28,7 +28,8 @@ from ...errors import PublishError
 from ...protocol import kv
 from ...protocol.frames import hpub_frame
 from ...protocol.headers import EXPECTED_LAST_SUBJECT_SEQUENCE, SEQUENCE
-from ..encode.encoder import OutFrame, RowChoice
+from ..encode.frames import OutFrame
+from ..encode.rows import RowChoice
 from .sequencer import TAG_NAMES, Reduction, SequenceMismatch, encode_value, is_newer
 
 MAX_TRIES = 10

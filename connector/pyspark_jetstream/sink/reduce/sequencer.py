@@ -64,7 +64,7 @@ def sequence_column(schema: Any, name: str) -> tuple[str, str, Any]:
     read's ``seq`` or ``timestamp``) it is left out of the layout's schema. ValueError saying what is wrong."""
     from pyspark.sql.types import StructType
 
-    from ..encode.encoder import KV_IGNORED_COLUMNS, KV_INPUT_COLUMNS
+    from ..encode.layout import KV_IGNORED_COLUMNS, KV_INPUT_COLUMNS
 
     found = [f for f in schema.fields if f.name.lower() == name.lower()]
     if not found:

@@ -37,7 +37,9 @@ from ...protocol.headers import (
     DLQ_TRUNCATED,
     DLQ_TTL,
 )
-from ..encode.encoder import MsgIds, OutFrame, RowChoice, RowRejection
+from ..encode.frames import OutFrame
+from ..encode.msg_ids import MsgIds
+from ..encode.rows import RowChoice, RowRejection
 from ..plan.sink_plan import SinkPlan
 from .commit import SinkCommitMessage, describe_target
 
