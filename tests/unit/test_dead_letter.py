@@ -16,7 +16,7 @@ from pyspark_jetstream.protocol.headers import (
     parse_headers,
 )
 from pyspark_jetstream.sink.encode.rows import RowRejection
-from pyspark_jetstream.sink.task.write import dead_letter_frame
+from pyspark_jetstream.sink.task.dead_letters import dead_letter_frame
 
 
 def _frame(payload: bytes, max_payload: int, *, subject: str = "orders.eu", reason: str = "refused",

@@ -1,4 +1,4 @@
-"""The ordered publisher's recovery (sink/publisher.py) driven through a fake clustered connection.
+"""The ordered publisher's recovery (sink/publish/publisher.py) driven through a fake clustered connection.
 
 Why a fake: the case under test needs one PubAck, of one resent frame, to come later than the
 recovery's quiet period, and nothing else to change meanwhile; a real leader election cannot be

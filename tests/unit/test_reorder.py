@@ -1,4 +1,4 @@
-"""Putting a subject's messages back in order after a leader change (sink/reorder.py), as plain values."""
+"""Putting a subject's messages back in order after a leader change (sink/publish/reorder.py), as plain values."""
 
 from __future__ import annotations
 

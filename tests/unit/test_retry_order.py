@@ -1,4 +1,4 @@
-"""A retry finishing the order its failed attempt left broken (sink/retry_order.py), as plain values."""
+"""A retry finishing the order its failed attempt left broken (sink/publish/retry_order.py), as plain values."""
 
 from __future__ import annotations
 

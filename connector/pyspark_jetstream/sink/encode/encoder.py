@@ -31,7 +31,7 @@ columns are the user's own and their headers are checked as such.
 
 **The sequence header is the option's.** ``Spark-JetStream-Sequence``
 (:data:`~pyspark_jetstream.protocol.headers.SEQUENCE`) holds a KV value's order for
-option ``sequenceBy`` (sink/sequencer.py), and only the option writes it. From rows
+option ``sequenceBy`` (sink/reduce/sequencer.py), and only the option writes it. From rows
 as read it is left out, like the ``Nats-*`` headers: a copy of a bucket written with
 the option would otherwise carry the source's values into the target, after the
 option's own line, and a look-up keeps the last; the target would compare with the

@@ -36,7 +36,7 @@ class RowRejection:
 @dataclass(frozen=True)
 class RowChoice:
     """Which rows of a batch :meth:`BatchEncoder.encode` publishes, for a caller that picked them
-    (option ``sequenceBy``, sink/sequencer.py): ``publish`` maps a row index to header lines added to
+    (option ``sequenceBy``, sink/reduce/sequencer.py): ``publish`` maps a row index to header lines added to
     its block (``"Name: value\r\n"`` each, already checked); ``refuse`` maps a row index to a refusal
     the caller made (subject, reason, column). Every other row is left out, after the ids are
     generated, so the ids and positions of the rows published are those of the whole batch."""

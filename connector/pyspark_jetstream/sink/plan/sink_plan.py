@@ -32,7 +32,7 @@ class SinkPlan:
     run_id: str | None  # fixed on the driver for batch writes; None for streaming
     guard: GuardPlan | None = None  # exactly-once past the duplicate window (replay_guard)
     stream_subjects: tuple[str, ...] | None = None  # the subjects of option 'stream', as checked at start
-    sequence: SequencePlan | None = None  # option 'sequenceBy' (sink/sequencer.py)
+    sequence: SequencePlan | None = None  # option 'sequenceBy' (sink/reduce/sequencer.py)
     row_schema: Any = None  # the input's pyarrow.Schema, where Spark gives the writer rows (row_batches)
 
 

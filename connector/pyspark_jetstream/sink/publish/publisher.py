@@ -78,7 +78,7 @@ class Publisher(PubAcks, OrderedRecovery, Moves):
         self._last_resend = 0.0
         self.resent = 0
         self._max_pending = max_pending
-        # Refill at half the window (like ADR-37's threshold); 0 for a window of 1. The writer encodes
+        # Refill at half the window (like ADR-37's threshold); 0 for a window of 1. The task encodes
         # in slices of this size.
         self.low_water = max_pending // 2
         self._ack_timeout = ack_timeout
@@ -197,7 +197,7 @@ class Publisher(PubAcks, OrderedRecovery, Moves):
                     ) from None
 
     async def publish(self, frames: list[tuple], *, dead_letter: bool = False) -> None:
-        """Hand ``frames`` (each in the :class:`~pyspark_jetstream.sink.encoder.OutFrame` layout:
+        """Hand ``frames`` (each in the :class:`~pyspark_jetstream.sink.encode.frames.OutFrame` layout:
         position, frame, subject, ...) to the connection, never exceeding the window of pending acks."""
         if self._nc.is_closed or self._closed is not None:
             self._closed = self._closed or "the connection was closed"

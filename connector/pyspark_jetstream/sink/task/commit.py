@@ -32,7 +32,7 @@ class SinkCommitMessage(WriterCommitMessage):
     older_in_write: int = 0  # sequenceBy: rows left out for a newer row of their key in the same task
     older_than_stored: int = 0  # sequenceBy: rows not newer than their key's stored value
     out_of_order: int = 0  # rows as read that came right after a later source sequence of their subject (order_check)
-    subjects: Any = None  # order=subject, rows held and sorted: a sample of their subjects (ordering.SubjectSample)
+    subjects: Any = None  # order=subject, rows held and sorted: a sample of their subjects (order.subject_sample.SubjectSample)
     reordered: int = 0  # messages moved back into their subject's order after a leader change (reorder)
     left_out_of_order: int = 0  # ... that the stream would not let the sink delete
     unpositioned: int = 0  # order=subject: rows published as they came, without 'seq', not straight from a read
@@ -106,9 +106,9 @@ def log_totals(messages: Iterable[Any], batch_id: int | None = None, target: str
 
 
 def _warn_shared(samples: list, target: str | None) -> int:
-    """Warn when a sample shows a subject written by several tasks (sink/ordering.py): their rows were put in
+    """Warn when a sample shows a subject written by several tasks (sink/order/decide.py): their rows were put in
     source order within each task, but the tasks published at the same time. How many sampled subjects."""
-    from ..order.decide import shared_subjects
+    from ..order.subject_sample import shared_subjects
 
     shared = shared_subjects(samples)
     if shared:
