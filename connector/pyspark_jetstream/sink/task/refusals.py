@@ -39,7 +39,7 @@ class Refusals:
         """Turn the publishes the server refused since the last call into dead letters (or a failure);
         a compare-and-set row that an earlier attempt stored is counted as stored (:meth:`stored_before`)
         and a KV ``create`` refused because the key's last entry is a tombstone is put again first
-        (:meth:`recreate`). Whether anything was published meanwhile (that :meth:`finish` drains)."""
+        (:meth:`recreate`). Whether anything was published meanwhile (that ``WriteTask.finish`` drains)."""
         async def take() -> list:
             taken, self.task.pub.failures = self.task.pub.failures, []
             return taken
