@@ -85,16 +85,16 @@ class JetStreamDataSource(DataSource):
 
     def writer(self, schema, overwrite: bool):
         from .options import check_write_has_options
-        from .sink.setup import plan_sink
-        from .sink.writer import JetStreamBatchWriter
+        from .sink.plan.sink_plan import plan_sink
+        from .sink.spark_writers import JetStreamBatchWriter
 
         check_write_has_options(self.options)
         return JetStreamBatchWriter(plan_sink(self.options, schema, overwrite=overwrite, streaming=False))
 
     def streamWriter(self, schema, overwrite: bool):
         from .options import check_write_has_options
-        from .sink.setup import plan_sink
-        from .sink.writer import JetStreamStreamWriter
+        from .sink.plan.sink_plan import plan_sink
+        from .sink.spark_writers import JetStreamStreamWriter
 
         check_write_has_options(self.options)
         return JetStreamStreamWriter(plan_sink(self.options, schema, overwrite=overwrite, streaming=True))

@@ -318,7 +318,8 @@ def chaos_sink_class():
     (an atomic rename), lets the sink publish the first half of that batch, waits for its PubAcks,
     and raises: a task failure after part of a batch was stored. Product code is untouched."""
     from pyspark_jetstream.datasource import JetStreamDataSource
-    from pyspark_jetstream.sink.writer import JetStreamStreamWriter, write_partition
+    from pyspark_jetstream.sink.spark_writers import JetStreamStreamWriter
+    from pyspark_jetstream.sink.task.write import write_partition
 
     def fail_once(batches, marker):
         import os as _os

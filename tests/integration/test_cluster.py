@@ -204,8 +204,8 @@ def test_each_subjects_order_holds_through_leader_step_downs_at_full_rate(nats_c
     import pyarrow as pa
     from pyspark.sql.types import BinaryType, LongType, StringType, StructField, StructType
 
-    from pyspark_jetstream.sink.setup import plan_sink
-    from pyspark_jetstream.sink.writer import write_partition
+    from pyspark_jetstream.sink.plan.sink_plan import plan_sink
+    from pyspark_jetstream.sink.task.write import write_partition
 
     rows, subjects, stream = 150_000, 4, "ORDERED"
     client = SyncNats(nats_cluster.url)
@@ -276,7 +276,7 @@ def _stream_of_five_ids(nats_cluster, stream: str):
 
 async def _looked_up(url: str, stream: str) -> dict[str, int]:
     """Where ``id1`` and ``id3`` are stored, as the ordered publisher's lookup finds them through ``url``."""
-    from pyspark_jetstream.sink.replay_guard import stored_sequences
+    from pyspark_jetstream.sink.records.replay_guard import stored_sequences
 
     nc = await nats.connect(url)
     try:

@@ -33,10 +33,10 @@ from pyspark_jetstream.client.nats_internals import send_raw
 from pyspark_jetstream.errors import AckTimeoutError, JetStreamConnectorError, PartitionReadError
 from pyspark_jetstream.options import parse_sink_options, parse_source_options
 from pyspark_jetstream.protocol.frames import hpub_frame
-from pyspark_jetstream.sink.encoder import OutFrame
-from pyspark_jetstream.sink.publisher import Publisher
-from pyspark_jetstream.sink.setup import plan_sink
-from pyspark_jetstream.sink.writer import write_partition
+from pyspark_jetstream.sink.encode.frames import OutFrame
+from pyspark_jetstream.sink.plan.sink_plan import plan_sink
+from pyspark_jetstream.sink.publish.publisher import Publisher
+from pyspark_jetstream.sink.task.write import write_partition
 from pyspark_jetstream.source.read.partition import read_partition
 from pyspark_jetstream.source.read.partition_reader import PartitionReader
 from pyspark_jetstream.tools.server import EmbeddedNatsServer

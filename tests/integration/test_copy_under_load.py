@@ -4,7 +4,7 @@ write), run again and again with the CPU kept busy and the Python fault handler 
 With PySpark 4.0 and 4.1 every run of it crashed a Python worker with a segmentation fault in the
 sort's memory account (``RecordBatch.nbytes``): messages without headers arrive with the ``headers``
 map's children empty and their offsets buffers 0 bytes long (arrow-java 18), which pyarrow misreads
-(sink/input_batches.py). ``.ci/compat`` runs the short test on PySpark 4.0; PySpark 4.2 and 4.3 send
+(sink/order/input_batches.py). ``.ci/compat`` runs the short test on PySpark 4.0; PySpark 4.2 and 4.3 send
 sound buffers, so there it guards the sort under load.
 """
 

@@ -129,7 +129,7 @@ def test_a_chain_retried_past_the_window_after_its_first_values_were_replaced(sp
                                                                               stream_name, state):
     """Past the window, history 1: the chain's first rows' messages were replaced by the next row of their
     key. With the replay records, the retry's scan finds the later rows of the run on the key, so the
-    replaced ones count as stored (sink/superseded.py). Without them (``sinkState=none``) the limit of
+    replaced ones count as stored (sink/records/superseded.py). Without them (``sinkState=none``) the limit of
     docs/kv.md holds: such a row cannot be told from a stale row, and is refused, never stored twice."""
     bucket = stream_name
     _bucket(nats_client, bucket, SHORT_NS)
@@ -208,10 +208,10 @@ def test_a_micro_batch_of_compare_and_set_rows_replayed_past_the_window_is_store
 
 def test_a_refused_row_whose_stored_copy_was_moved_back_into_order_is_found(nats_server, nats_client, stream_name):
     """Issue #39, item 5: an ordered write that repaired a key's order after a leader change deleted the row's
-    first copy and stored it again as ``<id>:o1`` (sink/reorder.py). A replay of the row past the duplicate
+    first copy and stored it again as ``<id>:o1`` (sink/publish/reorder.py). A replay of the row past the duplicate
     window is refused (the key moved on) and must be counted as stored: the key's last message carries the
     row under the moved copy's id."""
-    from pyspark_jetstream.sink.cas_replay import stored_already
+    from pyspark_jetstream.sink.records.cas_replay import stored_already
 
     bucket = f"b{stream_name.lower()}"
     kv = _bucket(nats_client, bucket, SHORT_NS)

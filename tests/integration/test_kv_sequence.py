@@ -88,8 +88,8 @@ def test_a_stale_revision_is_retried_against_a_concurrent_writer(spark, nats_ser
     """The driver's own publishing path (a task run in this process), with the first lookup answering
     a revision another writer has since moved past: the refusal (10071) is looked up again and settled."""
     from pyspark_jetstream.client import jsapi
-    from pyspark_jetstream.sink.setup import plan_sink
-    from pyspark_jetstream.sink.writer import write_partition
+    from pyspark_jetstream.sink.plan.sink_plan import plan_sink
+    from pyspark_jetstream.sink.task.write import write_partition
 
     bucket = stream_name
     kv = nats_client.run(nats_client.js.create_key_value(bucket=bucket, history=10))
@@ -119,8 +119,8 @@ def test_racing_writers_with_the_option_settle_on_the_newest(spark, nats_server,
     """Two writers interleaved on the same key: the second one's newer value lands between the first one's lookup
     and publish; the first one's refused publish is compared again and skipped, the newer value stays."""
     from pyspark_jetstream.client import jsapi
-    from pyspark_jetstream.sink.setup import plan_sink
-    from pyspark_jetstream.sink.writer import write_partition
+    from pyspark_jetstream.sink.plan.sink_plan import plan_sink
+    from pyspark_jetstream.sink.task.write import write_partition
 
     bucket = stream_name
     kv = nats_client.run(nats_client.js.create_key_value(bucket=bucket, history=10, direct=True))
@@ -294,10 +294,10 @@ def test_a_tie_goes_to_the_later_row_within_a_flush_and_to_the_stored_value_acro
     import pyarrow as pa
     from pyspark.sql.types import LongType, StringType, StructField, StructType
 
-    from pyspark_jetstream.sink import sequenced_write
-    from pyspark_jetstream.sink.sequencer import Reduction
-    from pyspark_jetstream.sink.setup import plan_sink
-    from pyspark_jetstream.sink.writer import write_partition
+    from pyspark_jetstream.sink.plan.sink_plan import plan_sink
+    from pyspark_jetstream.sink.reduce import sequenced_write
+    from pyspark_jetstream.sink.reduce.sequencer import Reduction
+    from pyspark_jetstream.sink.task.write import write_partition
 
     bucket = stream_name
     kv = nats_client.run(nats_client.js.create_key_value(bucket=bucket, history=10))

@@ -393,8 +393,9 @@ def test_task_commit_message_counts_published_duplicates_dead_letters_expired(sp
     """write_partition (what each Spark task runs) against the real server, outside Spark."""
     import pyarrow as pa
 
-    from pyspark_jetstream.sink.setup import plan_sink
-    from pyspark_jetstream.sink.writer import log_totals, write_partition
+    from pyspark_jetstream.sink.plan.sink_plan import plan_sink
+    from pyspark_jetstream.sink.task.commit import log_totals
+    from pyspark_jetstream.sink.task.write import write_partition
 
     nats_client.add_stream(stream_name, [f"{stream_name}.>"], allow_msg_ttl=True)
     nats_client.add_stream(stream_name + "DLQ", [f"{stream_name}dlq"])
@@ -461,8 +462,8 @@ def test_a_batch_larger_than_half_the_window_is_published_in_slices_with_every_r
     import pyarrow as pa
     from pyspark.sql.types import StringType, StructField, StructType
 
-    from pyspark_jetstream.sink.setup import plan_sink
-    from pyspark_jetstream.sink.writer import write_partition
+    from pyspark_jetstream.sink.plan.sink_plan import plan_sink
+    from pyspark_jetstream.sink.task.write import write_partition
 
     nats_client.add_stream(stream_name, [f"{stream_name}.>"])
     options = {"servers": nats_server.url, "stream": stream_name, "subject": f"{stream_name}.x",
@@ -486,8 +487,8 @@ def test_streams_named_error_and_duplicate_store_every_row_once(spark, nats_serv
     replay of the same task (same ids) counts every row as a duplicate."""
     import pyarrow as pa
 
-    from pyspark_jetstream.sink.setup import plan_sink
-    from pyspark_jetstream.sink.writer import write_partition
+    from pyspark_jetstream.sink.plan.sink_plan import plan_sink
+    from pyspark_jetstream.sink.task.write import write_partition
 
     names = ("error", "duplicate")
     for name in names:  # the names are fixed, so a stream left by an earlier run is removed first

@@ -1,7 +1,7 @@
 """A timestamp_ntz column means its wall-clock time read as UTC, whatever the Python workers' zone
 and the session's: an ``expires_at`` (with ``preserveExpiry``) gives the TTL it says, a ``sequenceBy``
 column the sequence header it says, as nats-py reads them back. On PySpark 4.0 a streaming writer is
-given rows, which the sink turns into Arrow batches itself (sink/row_batches.py; issue #33, item 6);
+given rows, which the sink turns into Arrow batches itself (sink/encode/row_batches.py; issue #33, item 6);
 from 4.1 on it is given Spark's Arrow batches. Both must agree."""
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ import statistics
 import sys
 import time
 
-from pyspark_jetstream.sink.publisher import Publisher
+from pyspark_jetstream.sink.publish.publisher import Publisher
 
 WINDOW, RUN = 10_000, 40
 

@@ -15,8 +15,8 @@ from pyspark_jetstream.protocol.headers import (
     encode_block,
     parse_headers,
 )
-from pyspark_jetstream.sink.encoder import RowRejection
-from pyspark_jetstream.sink.writer import dead_letter_frame
+from pyspark_jetstream.sink.encode.rows import RowRejection
+from pyspark_jetstream.sink.task.dead_letters import dead_letter_frame
 
 
 def _frame(payload: bytes, max_payload: int, *, subject: str = "orders.eu", reason: str = "refused",

@@ -1,5 +1,5 @@
 """Batches shaped as PySpark 4.0/4.1 send them (arrow-java 18: empty arrays with a 0-byte offsets
-buffer) are repaired before the sink touches them (sink/input_batches.py, issue #39).
+buffer) are repaired before the sink touches them (sink/order/input_batches.py, issue #39).
 
 The calls that crashed run in a child interpreter: a segmentation fault there fails the test
 instead of ending the test run."""
@@ -13,7 +13,7 @@ import textwrap
 
 import pyarrow as pa
 
-from pyspark_jetstream.sink.input_batches import repaired
+from pyspark_jetstream.sink.order.input_batches import repaired
 
 HEADERS = pa.map_(pa.string(), pa.list_(pa.string()))
 
@@ -61,13 +61,13 @@ CHILD = """
 import sys
 sys.path[:0] = {paths!r}
 from tests.unit.test_input_batches import arrow_java_18_batch
-from pyspark_jetstream.sink.input_batches import repaired
-from pyspark_jetstream.sink.ordering import SortedRows
+from pyspark_jetstream.sink.order.input_batches import repaired
+from pyspark_jetstream.sink.order.sorted_rows import SortedRows
 batch = repaired(arrow_java_18_batch())
 print(batch.nbytes)
 rows = SortedRows("seq", 1 << 20)
-rows.add(batch)
-rows.add(batch)
+rows.hold(batch)
+rows.hold(batch)
 print([r["seq"] for b in rows.batches(10) for r in b.to_pylist()])
 """
 

@@ -14,7 +14,9 @@ from pyspark_jetstream.protocol import kv
 from pyspark_jetstream.protocol.frames import parse_hpub_frame
 from pyspark_jetstream.protocol.headers import parse_headers
 from pyspark_jetstream.protocol.stream_rules import StreamRuleError
-from pyspark_jetstream.sink.encoder import BatchEncoder, EncoderConfig, MsgIds, layout_from_schema
+from pyspark_jetstream.sink.encode.encoder import BatchEncoder
+from pyspark_jetstream.sink.encode.layout import EncoderConfig, layout_from_schema
+from pyspark_jetstream.sink.encode.msg_ids import MsgIds
 
 UTC = dt.timezone.utc
 

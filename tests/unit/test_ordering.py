@@ -1,4 +1,4 @@
-"""The sink's order per subject (sink/ordering.py) and the read's notes to it (task_notes.py), as plain values."""
+"""The sink's order per subject (sink/order/decide.py, sorted_rows.py, subject_sample.py) and the read's notes to it (task_notes.py), as plain values."""
 
 from __future__ import annotations
 
@@ -13,8 +13,10 @@ import pyarrow as pa
 import pytest
 
 from pyspark_jetstream.errors import OrderError
-from pyspark_jetstream.sink import spill_dirs
-from pyspark_jetstream.sink.ordering import PUBLISH, SORT, SortedRows, SubjectSample, decide, shared_subjects
+from pyspark_jetstream.sink.order import spill_dirs
+from pyspark_jetstream.sink.order.decide import PUBLISH, SORT, decide
+from pyspark_jetstream.sink.order.sorted_rows import SortedRows
+from pyspark_jetstream.sink.order.subject_sample import SubjectSample, shared_subjects
 from pyspark_jetstream.task_notes import ReadNote, leave, take
 
 
@@ -76,7 +78,7 @@ def test_rows_come_back_in_sequence_order_whatever_the_arrival(tmp_path, max_byt
     rows = SortedRows("seq", max_bytes, str(tmp_path))
     for run in runs:
         for k in range(0, len(run), 13):
-            rows.add(_batch(run[k:k + 13]))
+            rows.hold(_batch(run[k:k + 13]))
     assert (len(rows.runs) > 1) == (max_bytes == 200)
     out = _drain(rows)
     assert out.column("seq").to_pylist() == seqs
@@ -87,9 +89,9 @@ def test_rows_come_back_in_sequence_order_whatever_the_arrival(tmp_path, max_byt
 @pytest.mark.parametrize("max_bytes", [1 << 30, 100])
 def test_equal_sequences_keep_their_arrival_order_and_nulls_come_last(tmp_path, max_bytes):
     rows = SortedRows("seq", max_bytes, str(tmp_path))
-    rows.add(_batch([3, None, 1], "a"))
-    rows.add(_batch([1, 2, None], "b"))
-    rows.add(_batch([3, 2], "c"))
+    rows.hold(_batch([3, None, 1], "a"))
+    rows.hold(_batch([1, 2, None], "b"))
+    rows.hold(_batch([3, 2], "c"))
     out = _drain(rows, 2)
     assert list(zip(out.column("seq").to_pylist(), out.column("data").to_pylist(), strict=True)) == [
         (1, "a1"), (1, "b1"), (2, "b2"), (2, "c2"), (3, "a3"), (3, "c3"), (None, "aNone"), (None, "bNone")]
@@ -98,7 +100,7 @@ def test_equal_sequences_keep_their_arrival_order_and_nulls_come_last(tmp_path, 
 def test_memory_held_is_bounded_by_the_option(tmp_path):
     rows = SortedRows("seq", 1 << 16, str(tmp_path))
     for k in range(50):
-        rows.add(_batch(list(range(k * 1000, k * 1000 + 1000))))
+        rows.hold(_batch(list(range(k * 1000, k * 1000 + 1000))))
         assert rows.held_bytes <= (1 << 16) + _batch(list(range(1000))).nbytes
     assert len(rows.runs) > 5
     assert _drain(rows, 4096).num_rows == 50_000
@@ -162,7 +164,7 @@ def test_the_spill_goes_under_the_first_usable_spark_local_dir(tmp_path, monkeyp
     monkeypatch.setenv("SPARK_LOCAL_DIRS", f"{tmp_path / 'missing'},{local}")
     rows = SortedRows("seq", 100)
     for k in range(5):
-        rows.add(_batch(list(range(k * 10, k * 10 + 10))))
+        rows.hold(_batch(list(range(k * 10, k * 10 + 10))))
     assert rows.runs and all(Path(run).parent.parent == local for run in rows.runs)
     (folder,) = _spill_folders(local)
     assert folder.name.startswith(f"{spill_dirs.PREFIX}{os.getpid()}-none-")  # pid, task attempt (none here)
@@ -175,7 +177,7 @@ def test_the_spill_goes_under_the_first_usable_spark_local_dir(tmp_path, monkeyp
 def test_the_spill_is_removed_when_the_consumer_fails_midway(tmp_path):
     rows = SortedRows("seq", 100, str(tmp_path))
     for k in range(5):
-        rows.add(_batch(list(range(k * 10, k * 10 + 10))))
+        rows.hold(_batch(list(range(k * 10, k * 10 + 10))))
     out = rows.batches(3)
     with pytest.raises(RuntimeError):
         for _ in out:
@@ -209,7 +211,7 @@ PEAK = """
 import sys
 sys.path.insert(0, {connector!r})
 import pyarrow as pa
-from pyspark_jetstream.sink.ordering import SortedRows
+from pyspark_jetstream.sink.order.sorted_rows import SortedRows
 buffer = {buffer}
 rows = SortedRows("seq", buffer, {directory!r})
 fed = k = 0
@@ -218,7 +220,7 @@ while fed < 3 * buffer:  # 4 read tasks' blocks, each in order, arriving block b
     batch = pa.record_batch([pa.array(seqs, pa.int64()), pa.array([b"x" * 100] * 10_000)], names=["seq", "data"])
     fed += batch.nbytes
     k += 1
-    rows.add(batch)
+    rows.hold(batch)
     del batch
 last = -1
 for batch in rows.batches(4096):

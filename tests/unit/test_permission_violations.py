@@ -13,7 +13,7 @@ import asyncio
 from nats.protocol.parser import Parser
 
 from pyspark_jetstream.client.nats_internals import ConnectionEvents, FastFrames, PermissionViolation
-from pyspark_jetstream.sink.publisher import Publisher
+from pyspark_jetstream.sink.publish.publisher import Publisher
 
 ERR = b"-ERR 'Permissions Violation for Publish to \"Orders.x\"'\r\n"
 

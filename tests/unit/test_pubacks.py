@@ -14,7 +14,8 @@ import random
 
 import pytest
 
-from pyspark_jetstream.sink.publisher import DEAD_LETTER_TAG, Publisher
+from pyspark_jetstream.sink.publish.acks import DEAD_LETTER_TAG
+from pyspark_jetstream.sink.publish.publisher import Publisher
 
 PREFIX = "_INBOX.abc."
 

@@ -1,4 +1,4 @@
-"""The ordered publisher's recovery (sink/publisher.py) driven through a fake clustered connection.
+"""The ordered publisher's recovery (sink/publish/publisher.py) driven through a fake clustered connection.
 
 Why a fake: the case under test needs one PubAck, of one resent frame, to come later than the
 recovery's quiet period, and nothing else to change meanwhile; a real leader election cannot be
@@ -14,9 +14,10 @@ import json
 from collections import Counter
 
 from pyspark_jetstream.protocol.frames import hpub_frame
-from pyspark_jetstream.sink import publisher as publisher_module
-from pyspark_jetstream.sink import replay_guard
-from pyspark_jetstream.sink.publisher import Publisher
+from pyspark_jetstream.sink.publish import publisher as publisher_module
+from pyspark_jetstream.sink.publish import recovery
+from pyspark_jetstream.sink.publish.publisher import Publisher
+from pyspark_jetstream.sink.records import replay_guard
 
 STREAM = "S"
 DROP, STORE, SILENT = "drop", "store", "silent"  # what the fake does with one copy of a frame
@@ -123,7 +124,7 @@ def _install(monkeypatch, fake: FakeClusteredStream) -> None:
     monkeypatch.setattr(publisher_module, "raw_subscribe", subscribe)
     monkeypatch.setattr(publisher_module, "raw_unsubscribe", unsubscribe)
     monkeypatch.setattr(replay_guard, "stored_sequences", fake.stored_sequences)
-    monkeypatch.setattr(publisher_module, "QUIET", 0.1)  # the quiet period, short: the fake answers at once
+    monkeypatch.setattr(recovery, "QUIET", 0.1)  # the quiet period, short: the fake answers at once
 
 
 def _out_frames(pub: Publisher, subject: str, count: int, expect: dict[int, int] | None = None) -> list[tuple]:

@@ -1,12 +1,12 @@
-"""Putting a subject's messages back in order after a leader change (sink/reorder.py), as plain values."""
+"""Putting a subject's messages back in order after a leader change (sink/publish/reorder.py), as plain values."""
 
 from __future__ import annotations
 
 import random
 
 from pyspark_jetstream.protocol.frames import hpub_frame, parse_hpub_frame
-from pyspark_jetstream.sink.publisher import Publisher
-from pyspark_jetstream.sink.reorder import Stored, ahead, base_id, moved_id
+from pyspark_jetstream.sink.publish.publisher import Publisher
+from pyspark_jetstream.sink.publish.reorder import Stored, ahead, base_id, moved_id
 
 
 def _stored(rows):
@@ -56,7 +56,7 @@ def test_the_publisher_renames_a_frame_and_keeps_everything_else():
 
 def test_a_compare_and_set_row_is_recognised_under_a_moved_copys_id():
     """Issue #39, item 5: cas_replay reads a stored id as the row's own whatever round moved it."""
-    from pyspark_jetstream.sink.cas_replay import same_row
+    from pyspark_jetstream.sink.records.cas_replay import same_row
 
     assert same_row("q:0:5:o2", "q:0:5") and same_row("q:0:5", "q:0:5:o1") and same_row("q:0:5:o1", "q:0:5:o3")
     assert not same_row("q:0:50", "q:0:5") and not same_row("q:0:5:o1", "q:0:50") and not same_row(None, "q:0:5")
@@ -64,7 +64,7 @@ def test_a_compare_and_set_row_is_recognised_under_a_moved_copys_id():
 
 def test_a_compare_and_set_frame_goes_out_first_of_its_subject_with_what_is_stored_after_it_moved():
     """Issue #39, item 4 (reorder.in_place): unanswered frames (position, subject, conditional) and stored ones."""
-    from pyspark_jetstream.sink.reorder import Unanswered, in_place
+    from pyspark_jetstream.sink.publish.reorder import Unanswered, in_place
 
     unanswered = [Unanswered(str(p), p, s, c) for p, s, c in
                   [(0, "k", True), (3, "k", False), (4, "k", True), (5, "k", False), (1, "j", False), (6, "j", True)]]

@@ -1,10 +1,10 @@
-"""A retry finishing the order its failed attempt left broken (sink/retry_order.py), as plain values."""
+"""A retry finishing the order its failed attempt left broken (sink/publish/retry_order.py), as plain values."""
 
 from __future__ import annotations
 
 import random
 
-from pyspark_jetstream.sink.retry_order import Place, RetryOrder
+from pyspark_jetstream.sink.publish.retry_order import Place, RetryOrder
 
 
 def test_rows_stored_past_a_missing_one_move_behind_it():
@@ -63,7 +63,7 @@ def test_after_the_walk_every_subject_is_in_the_task_order_once():
 
 def test_a_retried_attempt_numbers_its_moved_copies_apart():
     from pyspark_jetstream.protocol.frames import hpub_frame
-    from pyspark_jetstream.sink.publisher import Publisher
+    from pyspark_jetstream.sink.publish.publisher import Publisher
 
     block = b"NATS/1.0\r\nNats-Msg-Id: run:0:5\r\n\r\n"
     frame = (5, hpub_frame("T.s1", "_INBOX.x.5", block, b"p"), "T.s1", None, "run:0:5", len(block), 1)
@@ -71,3 +71,32 @@ def test_a_retried_attempt_numbers_its_moved_copies_apart():
     publisher._rounds, publisher.reply_prefix, publisher._move_base = 2, "_INBOX.x.", 7000
     assert publisher.moved_copy(frame)[4] == "run:0:5:o7000"  # the retry's own move
     assert publisher._renamed(frame)[4] == "run:0:5:o7002"  # a leader-change round of the same attempt
+
+
+def test_a_replays_frames_are_walked_in_order_moved_behind_the_missing_row_and_their_old_copies_deleted_after():
+    """RetryMoves (the retry-order state of a task): r1 is missing; r2, stored past it, moves under the attempt's
+    own id and its old copy is to be deleted, unless the server refused the moved copy."""
+    from pyspark_jetstream.sink.publish.retry_order import RetryMoves
+
+    class Pub:
+        def moved_copy(self, f):
+            return (f[0], f[1], f[2], f[3], f"{f[4]}:o1", f[5], f[6])
+
+    def frame(position, msg_id):
+        return (position, b"", "a", None, msg_id, 0, 0)
+
+    moves = RetryMoves({"r0": (1,), "r2": (3,)}, deny_delete=False, attempt_id="t/1", bucket=False)
+    out = moves.in_order_behind([frame(0, "r0"), frame(1, "r1"), frame(2, "r2")], {"r0": (1,), "r2": (3,)}, None,
+                                Pub())
+    assert [f[4] for f in out] == ["r1", "r2:o1"] and (moves.already_stored, moves.moved) == (1, 1)
+    assert moves.move_base % 1000 == 0 and moves.move_base > 0
+    assert moves.stale == [(2, (3,))]
+    moves.refused.add(2)  # the server refused the moved copy: the old one stays
+    assert moves.take_stale() == [] and moves.stale == []
+    again = RetryMoves({"r0": (1,), "r2": (3,)}, deny_delete=False, attempt_id="t/1", bucket=False)
+    again.in_order_behind([frame(0, "r0"), frame(1, "r1"), frame(2, "r2")], {}, None, Pub())
+    assert again.take_stale() == [3]
+
+    denied = RetryMoves({"r0": (1,), "r2": (3,)}, deny_delete=True, attempt_id="t/1", bucket=False)
+    out = denied.in_order_behind([frame(0, "r0"), frame(1, "r1"), frame(2, "r2")], {}, None, Pub())
+    assert [f[4] for f in out] == ["r1"] and denied.left_in_place == 1 and denied.take_stale() == []

@@ -1,4 +1,4 @@
-"""Option ``sequenceBy``'s pure parts (sink/sequencer.py): the header's values, the comparison, the per-key
+"""Option ``sequenceBy``'s pure parts (sink/reduce/sequencer.py): the header's values, the comparison, the per-key
 reduction across a task's batches, the encoder's row choice, and the checks made before a write starts."""
 
 from __future__ import annotations
@@ -24,9 +24,12 @@ from pyspark.sql.types import (
 from pyspark_jetstream.errors import OptionError
 from pyspark_jetstream.options import parse_sink_options
 from pyspark_jetstream.protocol import headers as hdrs
-from pyspark_jetstream.sink import sequencer as sq
-from pyspark_jetstream.sink.encoder import BatchEncoder, EncoderConfig, MsgIds, RowChoice, layout_from_schema
-from pyspark_jetstream.sink.setup import plan_sink
+from pyspark_jetstream.sink.encode.encoder import BatchEncoder
+from pyspark_jetstream.sink.encode.layout import EncoderConfig, layout_from_schema
+from pyspark_jetstream.sink.encode.msg_ids import MsgIds
+from pyspark_jetstream.sink.encode.rows import RowChoice
+from pyspark_jetstream.sink.plan.sink_plan import plan_sink
+from pyspark_jetstream.sink.reduce import sequencer as sq
 
 UTC = dt.timezone.utc
 
@@ -105,9 +108,9 @@ def batch(keys, values, markers=None):
 
 def test_the_reduction_keeps_the_newest_row_per_key_across_batches_and_their_positions():
     r = sq.Reduction("key", "n")
-    r.add(batch(["a", "b", "a"], [3, 1, 2]), 0)
-    r.add(batch(["c", "c"], [1, 1]), 3)  # nothing newest left here after the next batch
-    r.add(batch(["b", "c", "a"], [1, 2, 3]), 5)
+    r.reduce(batch(["a", "b", "a"], [3, 1, 2]), 0)
+    r.reduce(batch(["c", "c"], [1, 1]), 3)  # nothing newest left here after the next batch
+    r.reduce(batch(["b", "c", "a"], [1, 2, 3]), 5)
     kept, newest, superseded = r.take()
     assert newest == [(7, "a", 3), (5, "b", 1), (6, "c", 2)]  # ties (a: 3 = 3, b: 1 = 1): the later position
     assert [(k.first, k.newest) for k in kept] == [(5, [0, 1, 2])]
@@ -117,7 +120,7 @@ def test_the_reduction_keeps_the_newest_row_per_key_across_batches_and_their_pos
 
 def test_rows_without_a_key_or_marked_pass_through_and_rows_without_a_value_are_set_apart():
     r = sq.Reduction("key", "n", "marker_reason")
-    r.add(batch([None, "a", "a", "b"], [1, None, 2, 5], [None, None, None, "MaxAge"]), 10)
+    r.reduce(batch([None, "a", "a", "b"], [1, None, 2, 5], [None, None, None, "MaxAge"]), 10)
     kept, newest, superseded = r.take()
     assert newest == [(12, "a", 2)]
     assert [(k.first, k.newest, k.passthrough, k.null_sequence) for k in kept] == [(10, [2], [0, 3], [1])]
@@ -126,15 +129,15 @@ def test_rows_without_a_key_or_marked_pass_through_and_rows_without_a_value_are_
 
 def test_the_reduction_is_full_past_its_keys_or_rows():
     r = sq.Reduction("key", "n", max_keys=3, max_rows=100)
-    r.add(batch(["a", "b", "c"], [1, 1, 1]), 0)
+    r.reduce(batch(["a", "b", "c"], [1, 1, 1]), 0)
     assert not r.full
-    r.add(batch(["d"], [1]), 3)
+    r.reduce(batch(["d"], [1]), 3)
     assert r.full
     r = sq.Reduction("key", "n", max_keys=10, max_rows=4)
-    r.add(batch(["a", "b", "c"], [1, 1, 1]), 0)
-    r.add(batch(["a", "b"], [0, 0]), 3)  # older: the batch is not kept
+    r.reduce(batch(["a", "b", "c"], [1, 1, 1]), 0)
+    r.reduce(batch(["a", "b"], [0, 0]), 3)  # older: the batch is not kept
     assert not r.full
-    r.add(batch(["a", "b"], [5, 5]), 5)
+    r.reduce(batch(["a", "b"], [5, 5]), 5)
     assert r.full  # 5 rows kept: both batches hold a newest row
 
 

@@ -21,14 +21,10 @@ from pyspark.sql.types import (
 from pyspark_jetstream.errors import SchemaError
 from pyspark_jetstream.protocol.frames import parse_hpub_frame
 from pyspark_jetstream.protocol.headers import parse_headers
-from pyspark_jetstream.sink.encoder import (
-    BatchEncoder,
-    EncoderConfig,
-    InputLayout,
-    MsgIds,
-    OutFrame,
-    layout_from_schema,
-)
+from pyspark_jetstream.sink.encode.encoder import BatchEncoder
+from pyspark_jetstream.sink.encode.frames import OutFrame
+from pyspark_jetstream.sink.encode.layout import EncoderConfig, InputLayout, layout_from_schema
+from pyspark_jetstream.sink.encode.msg_ids import MsgIds
 
 UTC = dt.timezone.utc
 

@@ -27,7 +27,10 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from pyspark_jetstream.sink.encoder import BatchEncoder, EncoderConfig, MsgIds, layout_from_schema
+from pyspark_jetstream.sink.encode.encoder import BatchEncoder
+from pyspark_jetstream.sink.encode.frames import Frames
+from pyspark_jetstream.sink.encode.layout import EncoderConfig, layout_from_schema
+from pyspark_jetstream.sink.encode.msg_ids import MsgIds
 
 NOW = dt.datetime(2026, 11, 24, 12, 0, tzinfo=dt.timezone.utc)
 SUBJECTS = ["orders.eu", "orders.é.1", "a", "bad subject", "x.*", "", None, "k" * 200]
@@ -98,13 +101,13 @@ def test_column_wise_frames_are_the_per_row_frames(seed):
 
 def test_the_column_wise_path_is_taken_for_common_rows_only(monkeypatch):
     calls = []
-    original = BatchEncoder._common_frames
+    original = Frames.common
 
     def spy(self, *args):
         calls.append(len(args[1]))
         return original(self, *args)
 
-    monkeypatch.setattr(BatchEncoder, "_common_frames", spy)
+    monkeypatch.setattr(Frames, "common", spy)
     cfg = EncoderConfig(default_subject=None, default_ttl="1h", preserve_expiry=False, expected_stream="S",
                         allow_rollup=False, max_payload=1 << 20)
     plain = [StructField("subject", StringType()), StructField("data", BinaryType())]
@@ -138,7 +141,7 @@ def test_a_batch_encoded_in_slices_gives_the_whole_batchs_frames_refusals_and_id
     """The writer encodes each Arrow batch in slices of half the window: running positions and the
     content-addressed ids (one source message exploded into adjacent rows across a slice's edge)
     must come out as if the batch were encoded at once."""
-    from pyspark_jetstream.sink.writer import slices
+    from pyspark_jetstream.sink.task.write import slices
 
     n = 2500
     fields = [StructField("subject", StringType()), StructField("data", BinaryType()),

@@ -23,8 +23,8 @@ from pyspark.sql.types import (
 from pyspark_jetstream import spark_api
 from pyspark_jetstream.errors import OptionError
 from pyspark_jetstream.progress import lag, parse_offset
-from pyspark_jetstream.sink import sequencer
-from pyspark_jetstream.sink.row_batches import arrow_schema_of, row_batches
+from pyspark_jetstream.sink.encode.row_batches import arrow_schema_of, row_batches
+from pyspark_jetstream.sink.reduce import sequencer
 
 SCHEMA = StructType([
     StructField("subject", StringType()), StructField("data", BinaryType()),

@@ -1,10 +1,10 @@
-"""Which rows a replay skips although the target no longer holds them (sink/superseded.py)."""
+"""Which rows a replay skips although the target no longer holds them (sink/records/superseded.py)."""
 
 from __future__ import annotations
 
 import pytest
 
-from pyspark_jetstream.sink.superseded import Superseded, order_key
+from pyspark_jetstream.sink.records.superseded import Superseded, order_key
 
 RUN = "q-1:7"
 
@@ -20,7 +20,7 @@ def test_order_key_reads_both_id_shapes_of_the_run_only():
 def test_a_row_is_covered_once_the_target_keeps_fewer_than_the_later_rows_of_its_subject():
     found = Superseded(RUN, limit=2)
     for position in (5, 9):
-        found.add("t.k", f"{RUN}:0:{position}")
+        found.note_stored("t.k", f"{RUN}:0:{position}")
     assert found.covers("t.k", f"{RUN}:0:1")  # two later rows stored: a 2-per-subject target dropped it
     assert not found.covers("t.k", f"{RUN}:0:6")  # only one later: the target would still hold it
     assert not found.covers("t.j", f"{RUN}:0:1")  # another subject
@@ -31,9 +31,9 @@ def test_a_row_is_covered_once_the_target_keeps_fewer_than_the_later_rows_of_its
 @pytest.mark.parametrize("limit", [None, 0, -1])  # -1: the server's "unlimited" in a stream config
 def test_without_a_per_subject_limit_only_a_rollup_covers_earlier_rows(limit):
     found = Superseded(RUN, limit=limit)
-    found.add("t.k", f"{RUN}:SRC.10:aa")
+    found.note_stored("t.k", f"{RUN}:SRC.10:aa")
     assert not found.covers("t.k", f"{RUN}:SRC.3:bb")
-    found.add("t.k", f"{RUN}:SRC.8:cc", rollup=True)
+    found.note_stored("t.k", f"{RUN}:SRC.8:cc", rollup=True)
     assert found.covers("t.k", f"{RUN}:SRC.3:bb")
     assert not found.covers("t.k", f"{RUN}:SRC.9:dd")
     assert not found.covers("t.k", f"{RUN}:OTHER.3:bb")

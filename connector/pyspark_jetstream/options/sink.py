@@ -134,8 +134,8 @@ class SinkOptions:
     write_id: str | None = None  # a batch write's stable id (option 'writeId')
     state_bucket: str | None = "SPARK_JETSTREAM_SINK"  # where replays find what was stored (None: off)
     state_ttl: float = 7 * 86400.0
-    sequence_by: str | None = None  # a KV write's ordering column (option 'sequenceBy', sink/sequencer.py)
-    order: str = "subject"  # 'subject': each subject's rows in source order (sink/ordering.py); 'none'
+    sequence_by: str | None = None  # a KV write's ordering column (option 'sequenceBy', sink/reduce/sequencer.py)
+    order: str = "subject"  # 'subject': each subject's rows in source order (sink/order/decide.py); 'none'
     order_max_buffer_bytes: int = 1 << 28
 
     @property

@@ -38,7 +38,7 @@ EXPECTED_LAST_SUBJECT_SEQUENCE = "Nats-Expected-Last-Subject-Sequence"
 
 EXPECTED_LAST_MSG_ID = "Nats-Expected-Last-Msg-Id"
 """The server stores the message only when the stream's last message carries this ``Nats-Msg-Id``,
-else refuses it (err_code 10070); checked after de-duplication (sink/cas_replay.py's probe)."""
+else refuses it (err_code 10070); checked after de-duplication (sink/records/cas_replay.py's probe)."""
 
 PENDING_MESSAGES = "Nats-Pending-Messages"
 PENDING_BYTES = "Nats-Pending-Bytes"
@@ -46,7 +46,7 @@ PENDING_BYTES = "Nats-Pending-Bytes"
 
 SEQUENCE = "Spark-JetStream-Sequence"
 """The connector's own: a KV value's position in the order of option ``sequenceBy``, type-tagged
-(``int:42``, ``ts:<microseconds>``, ``date:<days>``, ``str:<text>``; sink/sequencer.py), so that any
+(``int:42``, ``ts:<microseconds>``, ``date:<days>``, ``str:<text>``; sink/reduce/sequencer.py), so that any
 later writer with the option can tell whether its row is newer than the stored one."""
 
 # The connector's own headers on a dead letter (option deadLetterSubject).

@@ -2,7 +2,7 @@
 
 The decisions are pure functions of the stream's current config and what the sink
 asks (:class:`StreamRequest`, plain values; :func:`plan_stream`), so every ADR-43 restriction is unit-tested
-without a server; :mod:`pyspark_jetstream.sink.stream_admin` only does the I/O
+without a server; :mod:`pyspark_jetstream.sink.plan.stream_admin` only does the I/O
 around them. ADR-43 restrictions enforced here, before the server would refuse
 or silently change something:
 
@@ -26,7 +26,7 @@ _NS = 1_000_000_000
 class StreamRuleError(ValueError):
     """A stream or bucket the rules refuse; the message says why and what to do.
 
-    Pure code raises it; the sink (:mod:`pyspark_jetstream.sink.stream_admin`) hands it to the
+    Pure code raises it; the sink (:mod:`pyspark_jetstream.sink.plan.stream_admin`) hands it to the
     user as :class:`pyspark_jetstream.errors.StreamConfigError`, so ``protocol/`` needs nothing
     from the connector's error tree."""
 

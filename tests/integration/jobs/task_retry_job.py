@@ -13,7 +13,7 @@ Usage: python task_retry_job.py MODE SERVERS SOURCE_STREAM TARGET_STREAM GATE_DI
   takes (``max_msg_size``), so the first attempt has it refused after the rows behind
   it are stored, and fails. Its retry waits at a gate (``GATE_DIR/retrying``) until the
   test has raised the limit and created ``GATE_DIR/release``. With a ``writeId``: the retry
-  finds what its first attempt stored by the replay records (sink/replay_guard.py).
+  finds what its first attempt stored by the replay records (sink/records/replay_guard.py).
 """
 
 import os

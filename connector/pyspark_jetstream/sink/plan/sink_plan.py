@@ -4,20 +4,37 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
-from ..client import jsapi, runtime
-from ..errors import JetStreamApiError, JetStreamConnectorError, OptionError
-from ..logs import get_logger
-from ..options import parse_sink_options
-from ..protocol import kv
-from ..protocol.durability import durability_risks
-from ..spark_api import ARROW_STREAM_WRITER
-from . import replay_guard, sequencer, stream_admin
-from .encoder import EncoderConfig, layout_from_schema
-from .writer import SinkPlan
+from ...client import jsapi, runtime
+from ...errors import JetStreamApiError, JetStreamConnectorError, OptionError
+from ...logs import get_logger
+from ...options import SinkOptions, parse_sink_options
+from ...protocol import kv
+from ...protocol.durability import durability_risks
+from ...spark_api import ARROW_STREAM_WRITER
+from ..encode.layout import EncoderConfig, InputLayout, layout_from_schema
+from ..records import replay_guard
+from ..records.replay_guard import GuardPlan
+from ..reduce import sequencer
+from ..reduce.sequencer import SequencePlan
+from . import stream_admin
 
 log = get_logger("sink")
+
+
+@dataclass(frozen=True)
+class SinkPlan:
+    options: SinkOptions
+    layout: InputLayout
+    encoder: EncoderConfig
+    run_id: str | None  # fixed on the driver for batch writes; None for streaming
+    guard: GuardPlan | None = None  # exactly-once past the duplicate window (replay_guard)
+    stream_subjects: tuple[str, ...] | None = None  # the subjects of option 'stream', as checked at start
+    sequence: SequencePlan | None = None  # option 'sequenceBy' (sink/reduce/sequencer.py)
+    row_schema: Any = None  # the input's pyarrow.Schema, where Spark gives the writer rows (row_batches)
+
 
 
 def plan_sink(raw_options: Mapping[str, str], schema: Any, *, overwrite: bool, streaming: bool) -> SinkPlan:
@@ -35,7 +52,7 @@ def plan_sink(raw_options: Mapping[str, str], schema: Any, *, overwrite: bool, s
     opts = parse_sink_options(raw_options)
     row_schema = None
     if streaming and not ARROW_STREAM_WRITER:
-        from .row_batches import arrow_schema_of
+        from ..encode.row_batches import arrow_schema_of
 
         row_schema = arrow_schema_of(schema)  # the rows' own schema, before sequenceBy adds a column
     sequence_column = None

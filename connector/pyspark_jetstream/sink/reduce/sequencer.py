@@ -15,7 +15,7 @@ row with the greatest value:
   (:func:`encode_value`), each kept row is compared with it (:func:`is_newer`) and
   published with ``Nats-Expected-Last-Subject-Sequence`` set to the stored revision,
   so a writer that lost a race is refused (err_code 10071), looks the key up again
-  and compares again (sink/sequenced_write.py).
+  and compares again (sink/reduce/sequenced_write.py).
 
 The header's value is type-tagged: ``int:<n>`` (byte, short, int, long), ``ts:<microseconds
 since the epoch>`` (timestamp; a timestamp_ntz is read as UTC), ``date:<days since the epoch>``,
@@ -64,7 +64,7 @@ def sequence_column(schema: Any, name: str) -> tuple[str, str, Any]:
     read's ``seq`` or ``timestamp``) it is left out of the layout's schema. ValueError saying what is wrong."""
     from pyspark.sql.types import StructType
 
-    from .encoder import KV_IGNORED_COLUMNS, KV_INPUT_COLUMNS
+    from ..encode.layout import KV_IGNORED_COLUMNS, KV_INPUT_COLUMNS
 
     found = [f for f in schema.fields if f.name.lower() == name.lower()]
     if not found:
@@ -217,7 +217,7 @@ class Reduction:
         self._reduce()
         return self.keys > self.max_keys or self.retained_rows > self.max_rows
 
-    def add(self, batch: Any, first: int) -> None:
+    def reduce(self, batch: Any, first: int) -> None:
         import pyarrow as pa
         import pyarrow.compute as pc
 

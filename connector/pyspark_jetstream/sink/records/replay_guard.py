@@ -19,7 +19,7 @@ sequence (``upto``).
   messages, headers only, in the window where an earlier attempt of the run can have stored
   anything, and keeps the ids of this run (``<run>:`` prefixed); rows whose id is among them are
   not published again (counted as ``already stored``), unless an earlier row of their subject is
-  missing: then they are moved behind it (:mod:`.retry_order`). The window starts at the earliest
+  missing: then they are moved behind it (:mod:`~pyspark_jetstream.sink.publish.retry_order`). The window starts at the earliest
   recorded position of the run's earlier attempts (all partitions: a retried ``save()`` may
   split its rows otherwise) and ends at what their records say: ``upto`` for an attempt that
   finished, else the first message stored after its last heartbeat plus :data:`HEARTBEAT` and
@@ -47,12 +47,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..client import jsapi
-from ..errors import JetStreamApiError
-from ..logs import get_logger
-from ..protocol import kv
-from ..protocol.ack_subject import fast_fields
-from .reorder import base_id
+from ...client import jsapi
+from ...errors import JetStreamApiError
+from ...logs import get_logger
+from ...protocol import kv
+from ...protocol.ack_subject import fast_fields
+from ..publish.reorder import base_id
 from .superseded import Superseded
 
 log = get_logger("sink")
@@ -254,7 +254,7 @@ async def window(nc: Any, plan: GuardPlan, records: list[Record], last: int) -> 
 def _server_time(text: str | None) -> Any:
     """A STREAM.MSG.GET ``time`` (RFC 3339, nanoseconds) as an aware datetime (microseconds); None when
     there is none or it does not parse."""
-    from ..protocol.direct_get import time_ns
+    from ...protocol.direct_get import time_ns
 
     if not text:
         return None
@@ -348,7 +348,7 @@ async def stored_ids(nc: Any, plan: GuardPlan, run: str, after: int, end: int, d
                      superseded: Superseded | None = None) -> tuple[dict[str, tuple[int, ...]], int]:
     """The ``Nats-Msg-Id``s starting with ``<run>:`` among the target's messages in ``(after, end]``,
     each (without a moved copy's suffix) with the sequences of its copies (a retry that finds a hole
-    in a subject moves the copies behind it: :mod:`.retry_order`), and how many messages were read:
+    in a subject moves the copies behind it: :mod:`~pyspark_jetstream.sink.publish.retry_order`), and how many messages were read:
     an ephemeral headers-only consumer. Each is also given to ``superseded`` with its subject (which
     earlier rows of the run it replaced)."""
     prefix = f"{run}:"
@@ -360,7 +360,7 @@ async def stored_ids(nc: Any, plan: GuardPlan, run: str, after: int, end: int, d
             own = base_id(msg_id)  # a message moved back into order carries a suffix (reorder)
             found[own] = found.get(own, ()) + (seq,)
             if superseded is not None:
-                superseded.add(msg.subject, own, (msg.headers or {}).get("Nats-Rollup") == "sub")
+                superseded.note_stored(msg.subject, own, (msg.headers or {}).get("Nats-Rollup") == "sub")
         return False
 
     read = await scan_headers(nc, plan.target_stream, plan.api_prefix, after, end, deadline, visit)

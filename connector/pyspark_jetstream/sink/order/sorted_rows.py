@@ -1,90 +1,25 @@
-"""Publishing a task's rows in source order (sink option ``order=subject``, the default).
+"""Holding a task's rows and giving them back in source sequence order, within a memory bound.
 
-**Why.** The source splits a read into sequence ranges (each message delivered once, whatever the
-subjects: docs/architecture.md, "Where order is kept"), so one subject's messages are spread
-over every read partition. A copy keeps each subject's order when each subject is written by
-one task, in source sequence order:
-
-* ``repartition(n, "subject")`` (for a bucket, ``"key"``) before the write puts each subject in
-  one task, but a reduce task receives the blocks of several read tasks in no fixed order;
-  :class:`SortedRows` puts the task's rows back in source sequence order (the ``seq`` column)
-  before they are published. A sort is refused on a streaming DataFrame, and the sink sees all
-  of its task's rows: it is the one place that can do it.
-* Without a shuffle, the write runs in the read's task (a narrow plan), and one subject's rows
-  are in every task: nothing a task can do keeps their order. :func:`decide` tells that case from
-  the notes the read left in the task (:mod:`~pyspark_jetstream.task_notes`) and the write is
-  refused before anything is published (:class:`~pyspark_jetstream.errors.OrderError`). Rows
-  straight from a read that keeps each subject in one partition (``split=subject``, one range,
-  ``coalesce(1)``) are in order as read, and are sorted all the same (a narrow
-  ``sortWithinPartitions`` could have reordered them).
-* Rows that reach the sink by any other way (a cache, a shuffle by something else than the
-  subject) cannot be checked from one task: each task reports a small sample of its subjects
-  (:class:`SubjectSample`) and the driver says, in the commit's log line, when two tasks wrote
-  one subject.
-
-Memory is bounded by the option ``order.maxBufferBytes``: beyond it, the rows held are merged into a
-sorted run file (Arrow IPC) under Spark's local directories (:mod:`.spill_dirs`), and the runs are
-merged when the task's input ends, a bounded round at a time (:class:`SortedRows`).
+Rows that reached the sink through a shuffle by subject come from several read tasks in no fixed
+order; with ``order=subject`` they are held and published in the order of the source's ``seq``
+column (:mod:`.decide` says when). Memory is bounded by the option ``order.maxBufferBytes``: beyond
+it, the rows held are merged into a sorted run file (Arrow IPC) under Spark's local directories
+(:mod:`.spill_dirs`), and the runs are merged when the task's input ends, a bounded round at a time.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-import zlib
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterator
 from typing import Any
 
-from ..errors import OrderError
-from ..task_notes import ReadNote
-
-PUBLISH = "publish"
-"""Publish rows as they come: without the source's ``seq`` there is nothing to order them by."""
-SORT = "sort"
-"""Hold the task's rows and publish them in source sequence order (:class:`SortedRows`)."""
 SPILL_ROWS = 8192
 """Rows per batch of a spilled run (the merge reads them a batch per run at a time)."""
+
+
 MIN_ROUND_ROWS = 256
 """The fewest rows a merge round looks at in each source it takes from (:func:`_merge`)."""
-
-
-def decide(notes: Sequence[ReadNote], has_positions: bool, describe_target: str, *, ended: bool = False) -> str:
-    """How a task with ``order=subject`` publishes: :data:`PUBLISH`, :data:`SORT` or an
-    :class:`OrderError` (module docstring). ``notes``: what the reads of this task left so far;
-    ``has_positions``: the rows carry the source's ``stream`` and ``seq`` columns; ``ended``: the task's
-    input is over (its notes are all there).
-
-    The rule is a property of the query: a read split into sequence ranges always has as many
-    partitions as its split (source/reader.py pads ranges past the data), so a write fed straight from
-    it sees one range of several at one message as at a million, and is refused. A task that reads
-    every range itself (``coalesce(1)``) has all of them by the end of its input: its rows are held
-    (and sorted) until then, and published only when every range was its own."""
-    for stream, partitions, indexes in _split_reads(notes):
-        if ended or not has_positions:
-            raise OrderError(
-                f"This write to {describe_target} gets its rows straight from a read of stream '{stream}' split into "
-                f"{partitions} sequence ranges, and this task reads {len(indexes)} of them while the others are "
-                "written by their own tasks at the same time: a subject's messages would be stored out of their "
-                "source order. Add `.repartition(n, \"subject\")` (for a bucket, `\"key\"`) before the write, "
-                "keeping the columns 'stream' and 'seq': each subject is then written by one task, which publishes "
-                "its rows in source order. Or read with numPartitions=1, or set the sink option order='none' if "
-                "the target does not need each subject's order (an append-only log, say). See docs/source.md, "
-                "'Splits: order per subject'." + ("" if has_positions else " (Without the column 'seq', rows cannot "
-                                                 "be held and put back in order, so even `coalesce(1)` is refused.)"))
-    # Rows straight from a read that keeps each subject in one partition come in order, unless a narrow
-    # transformation reordered them (sortWithinPartitions): sorted all the same, wherever they come from.
-    # A read not yet seen whole (coalesce(1) still to read its other ranges): held until the end, checked again.
-    return SORT if has_positions else PUBLISH
-
-
-def _split_reads(notes: Sequence[ReadNote]) -> list[tuple[str, int, set[int]]]:
-    """The reads split into several sequence ranges of which these notes hold only some."""
-    by_read: dict[tuple[str, str, int], set[int]] = {}
-    for note in notes:
-        by_read.setdefault((note.stream, note.split, note.partitions), set()).add(note.index)
-    return [(stream, partitions, indexes) for (stream, split, partitions), indexes in sorted(by_read.items())
-            if split == "sequence" and partitions > 1 and len(indexes) < partitions]
 
 
 class SortedRows:
@@ -114,7 +49,7 @@ class SortedRows:
         self.rows = 0
         self._maps: list[Any] = []  # the merge's open memory maps (closed by close())
 
-    def add(self, batch: Any) -> None:
+    def hold(self, batch: Any) -> None:
         if batch.num_rows == 0:
             return
         batch = _sorted(batch, self.seq)
@@ -266,42 +201,3 @@ def _merge(sources: list[Iterator[Any]], seq: str, size: int, round_rows: int) -
     for run in nulls:
         for batch in run:
             yield from chunks(batch)
-
-
-@dataclass(frozen=True)
-class SubjectSample:
-    """The subjects with the smallest hashes among those a task wrote (a bottom-k sample): two tasks'
-    samples share a subject only if both wrote it, and when many subjects are in several tasks
-    (a narrow read split by sequence, a shuffle by something else) the smallest hashes are the
-    same in each, so the driver sees it. Rare shared subjects may be missed: it is a warning, the
-    refusal in :func:`decide` is the guard."""
-
-    entries: tuple[tuple[int, str], ...] = ()
-
-    K = 64
-
-    def merged(self, subjects: Any) -> SubjectSample:
-        """With the distinct values of an Arrow string array ``subjects`` (nulls skipped)."""
-        import pyarrow.compute as pc
-
-        found = dict(self.entries)
-        bound = max(found) if len(found) >= self.K else None
-        for subject in pc.unique(subjects.drop_null()).to_pylist():
-            text = subject if isinstance(subject, str) else bytes(subject).decode("utf-8", "replace")
-            h = zlib.crc32(text.encode()) << 32 | zlib.adler32(text.encode())
-            if bound is not None and h >= bound:
-                continue
-            found[h] = text
-            if len(found) > self.K:
-                del found[max(found)]
-                bound = max(found)
-        return SubjectSample(tuple(sorted(found.items())))
-
-
-def shared_subjects(samples: Sequence[tuple[int, SubjectSample]]) -> dict[str, list[int]]:
-    """Subjects that appear in the samples of more than one task: subject -> the tasks' partitions."""
-    seen: dict[str, list[int]] = {}
-    for partition, sample in samples:
-        for _, subject in sample.entries:
-            seen.setdefault(subject, []).append(partition)
-    return {s: sorted(p) for s, p in seen.items() if len(set(p)) > 1}

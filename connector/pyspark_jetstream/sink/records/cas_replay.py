@@ -18,7 +18,7 @@ So a row refused with 10071 that carries a ``Nats-Msg-Id`` is looked for, and co
 3. one of the key's older messages carries it (buckets with history > 1: a walk by subject).
 
 Ids are compared as rows (:func:`same_row`): a row an ordered write moved back into its key's order after
-a leader change is stored under its id with a ``:o<round>`` suffix (:mod:`.reorder`), its first copy
+a leader change is stored under its id with a ``:o<round>`` suffix (:mod:`~pyspark_jetstream.sink.publish.reorder`), its first copy
 deleted; the duplicate window is asked for the row's own id, which its first copy carried.
 
 Otherwise the refusal stands, as for any stale row. What this cannot see: a row stored by an
@@ -34,11 +34,11 @@ import base64
 import uuid
 from typing import Any
 
-from ..client import jsapi
-from ..logs import get_logger
-from ..protocol import kv
-from ..protocol.puback import parse_puback
-from .reorder import base_id
+from ...client import jsapi
+from ...logs import get_logger
+from ...protocol import kv
+from ...protocol.puback import parse_puback
+from ..publish.reorder import base_id
 
 log = get_logger("sink")
 

@@ -1,10 +1,10 @@
 """A task's write with option ``sequenceBy``: the newest row per key, published under compare-and-set.
 
 The pure parts (values, headers, the reduction) are in :mod:`.sequencer`; this module does the I/O
-for one :class:`~pyspark_jetstream.sink.writer.WriteTask`:
+for one :class:`~pyspark_jetstream.sink.task.write.WriteTask`:
 
-1. :meth:`SequencedWrite.add` feeds each Arrow batch to the task's
-   :class:`~pyspark_jetstream.sink.sequencer.Reduction` (nothing is published yet);
+1. :meth:`SequencedWrite.reduce` feeds each Arrow batch to the task's
+   :class:`~pyspark_jetstream.sink.reduce.sequencer.Reduction` (nothing is published yet);
 2. :meth:`SequencedWrite.flush` (at the end of the task, or when the reduction is full) looks
    each key up once (its last message: revision and sequence header, pipelined direct gets),
    leaves out the rows not newer than the stored value (counted), and publishes the others in
@@ -23,12 +23,13 @@ import random
 import time
 from typing import Any
 
-from ..client import jsapi, runtime
-from ..errors import PublishError
-from ..protocol import kv
-from ..protocol.frames import hpub_frame
-from ..protocol.headers import EXPECTED_LAST_SUBJECT_SEQUENCE, SEQUENCE
-from .encoder import OutFrame, RowChoice
+from ...client import jsapi, runtime
+from ...errors import PublishError
+from ...protocol import kv
+from ...protocol.frames import hpub_frame
+from ...protocol.headers import EXPECTED_LAST_SUBJECT_SEQUENCE, SEQUENCE
+from ..encode.frames import OutFrame
+from ..encode.rows import RowChoice
 from .sequencer import TAG_NAMES, Reduction, SequenceMismatch, encode_value, is_newer
 
 MAX_TRIES = 10
@@ -41,8 +42,8 @@ def _backoff(attempt: int) -> float:
 
 class SequencedWrite:
     def __init__(self, task: Any) -> None:
-        """``task``: the :class:`~pyspark_jetstream.sink.writer.WriteTask` that owns this write (its
-        plan, encoder, publisher and counters; not imported here, the writer imports this module)."""
+        """``task``: the :class:`~pyspark_jetstream.sink.task.write.WriteTask` that owns this write (its
+        plan, encoder, publisher and counters; not imported here: the task imports this module)."""
         self.task = task
         plan = task.plan
         self.sequence = plan.sequence
@@ -52,8 +53,8 @@ class SequencedWrite:
         self.older_in_write = 0  # left out for a newer row of the same key in this task
         self.older_than_stored = 0  # not newer than the key's stored value
 
-    def add(self, batch: Any, first: int) -> None:
-        self.reduction.add(batch, first)
+    def reduce(self, batch: Any, first: int) -> None:
+        self.reduction.reduce(batch, first)
         if self.reduction.full:
             self.flush()
 
@@ -79,7 +80,7 @@ class SequencedWrite:
             refuse = {i: (None, f"the row has no value in column '{column}' (option 'sequenceBy' orders the rows of "
                           "a key by it)", column) for i in kept.null_sequence}
             if publish or refuse:
-                self.task.send(kept.batch, kept.first, RowChoice(publish, refuse))
+                self.task.publish(kept.batch, kept.first, RowChoice(publish, refuse))
         self._settle(pending)
 
     def _lines(self, value: Any, revision: int) -> str:

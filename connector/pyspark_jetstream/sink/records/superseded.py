@@ -51,7 +51,7 @@ class Superseded:
         self._rollups: dict[tuple[str, str], int] = {}
         self._sorted = True
 
-    def add(self, subject: str, msg_id: str, rollup: bool = False) -> None:
+    def note_stored(self, subject: str, msg_id: str, rollup: bool = False) -> None:
         """A message of the run the target holds (``rollup``: it carries ``Nats-Rollup: sub``)."""
         key = order_key(self.run, msg_id)
         if key is None:

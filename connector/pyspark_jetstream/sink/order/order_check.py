@@ -42,7 +42,8 @@ class OrderCheck:
         self.max_subjects = max_subjects
         self.forgotten = 0  # (stream, subject) pairs dropped from ``seen`` to keep it within max_subjects
 
-    def add(self, batch: Any) -> None:
+    def check(self, batch: Any) -> None:
+        """Count the rows of ``batch`` that step back in their (stream, subject)'s source sequence."""
         import pyarrow as pa
         import pyarrow.compute as pc
 

@@ -4,12 +4,12 @@ subjects the sink writes to are captured by a stream."""
 
 from __future__ import annotations
 
-from ..client import jsapi
-from ..errors import JetStreamApiError, StreamConfigError
-from ..logs import get_logger
-from ..options import SinkOptions
-from ..protocol import kv
-from ..protocol.stream_rules import StreamPlan, StreamRuleError, plan_stream
+from ...client import jsapi
+from ...errors import JetStreamApiError, StreamConfigError
+from ...logs import get_logger
+from ...options import SinkOptions
+from ...protocol import kv
+from ...protocol.stream_rules import StreamPlan, StreamRuleError, plan_stream
 
 log = get_logger("stream_admin")
 

@@ -1,0 +1,95 @@
+"""A batch's rows as the encoder sees them, and what it says of them.
+
+:class:`Columns` materialises each input column a step needs once per batch (never per row);
+:class:`EncodedBatch` is what encoding a batch gives: frames, refused rows (:class:`RowRejection`,
+with what a dead letter needs), and counts. :class:`RowChoice` is how a caller that picked the rows
+(option ``sequenceBy``) tells the encoder which to publish.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .layout import InputLayout
+
+_MAX_SHOWN = 120
+
+
+@dataclass(frozen=True)
+class RowRejection:
+    """A row the connector refused before publishing (or the server refused)."""
+
+    position: int
+    subject: str | None
+    reason: str
+    column: str | None = None
+    value: Any = None
+    err_code: int | None = None
+    payload: bytes = b""
+    ttl: str | None = None
+    status: int | None = None  # a status-only refusal (503 no stream, 403 permissions), no err_code
+    msg_id: str | None = None  # the id the row was (or would have been) published with
+
+
+@dataclass(frozen=True)
+class RowChoice:
+    """Which rows of a batch :meth:`BatchEncoder.encode` publishes, for a caller that picked them
+    (option ``sequenceBy``, sink/reduce/sequencer.py): ``publish`` maps a row index to header lines added to
+    its block (``"Name: value\r\n"`` each, already checked); ``refuse`` maps a row index to a refusal
+    the caller made (subject, reason, column). Every other row is left out, after the ids are
+    generated, so the ids and positions of the rows published are those of the whole batch."""
+
+    publish: dict[int, str]
+    refuse: dict[int, tuple[str | None, str, str | None]] = field(default_factory=dict)
+
+
+@dataclass
+class EncodedBatch:
+    frames: list[tuple] = field(default_factory=list)  # OutFrame layout
+    rejected: list[RowRejection] = field(default_factory=list)
+    expired: int = 0
+    markers_skipped: int = 0
+
+
+def shown(value: Any) -> Any:
+    """A value as it may appear in an error message: bounded in length."""
+    text = repr(value)
+    return value if len(text) <= _MAX_SHOWN else text[:_MAX_SHOWN] + "...'"
+
+
+class Columns:
+    """A batch's columns as Python lists, each materialised once, on first use."""
+
+    def __init__(self, lay: InputLayout, batch: Any, n: int) -> None:
+        self.batch, self.n = batch, n
+        self.subjects: list[Any] = self.column(lay.subject)
+        self.markers = self.column(lay.marker_reason)
+        self.headers = self.column(lay.headers)
+        self._data_name = lay.data
+        self._datas: list[Any] | None = None  # made on first use: the column-wise frames do not need it
+        self._binary = lay.data_is_binary
+
+    def column(self, name: str | None) -> list[Any]:
+        if name is None:
+            return [None] * self.n
+        return self.arrow(name).to_pylist()
+
+    def arrow(self, name: str) -> Any:
+        return self.batch.column(self.batch.schema.get_field_index(name))
+
+    def payload(self, i: int) -> bytes:
+        if self._datas is None:
+            self._datas = self.column(self._data_name)
+        data = self._datas[i]
+        return b"" if data is None else (data if self._binary else data.encode())
+
+    def payloads(self, live: list[int]) -> Any:
+        """The payloads of rows ``live`` as an Arrow large_binary array (a null is empty)."""
+        import pyarrow as pa
+
+        column = self.arrow(self._data_name)
+        if len(live) < self.n:
+            column = column.take(pa.array(live, pa.int64()))
+        return column.cast(pa.large_binary()).fill_null(b"")

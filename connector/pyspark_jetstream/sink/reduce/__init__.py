@@ -1,0 +1,1 @@
+"""The reduction of option ``sequenceBy``: each key's newest row, published under compare-and-set."""

@@ -1,0 +1,1 @@
+"""One task's write: its stages run in order, what the server refused settled, the commit message made."""
