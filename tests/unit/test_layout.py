@@ -37,7 +37,7 @@ LAYERS = {
 
 
 def _modules() -> dict[str, Path]:
-    """Dotted names inside the package (``sink.writer``, ``options``, ``__init__``) -> file."""
+    """Dotted names inside the package (``sink.task.write``, ``options``, ``__init__``) -> file."""
     found = {}
     for path in PACKAGE.rglob("*.py"):
         parts = list(path.relative_to(PACKAGE).with_suffix("").parts)
@@ -144,3 +144,34 @@ def test_the_data_path_never_imports_tools():
     offenders = [f"{m} -> {t}" for m in MODULES if room(m) not in ("tools", "__init__")
                  for t in imports_of(m) if room(t) == "tools"]
     assert offenders == []
+
+
+# Rooms a reader can hold in mind (issue #40): the limits a module, a class, a function and a folder keep.
+MODULE_LINES, CLASS_LINES, FUNCTION_LINES, FOLDER_LINES = 500, 250, 100, 2_500
+
+
+def _lines(node: ast.AST) -> int:
+    return node.end_lineno - node.lineno + 1
+
+
+def test_modules_classes_and_functions_stay_small():
+    offenders = []
+    for module, path in MODULES.items():
+        text = path.read_text()
+        if text.count("\n") > MODULE_LINES:
+            offenders.append(f"module {module}: {text.count(chr(10))} lines (at most {MODULE_LINES})")
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, ast.ClassDef) and _lines(node) > CLASS_LINES:
+                offenders.append(f"class {module}.{node.name}: {_lines(node)} lines (at most {CLASS_LINES})")
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and _lines(node) > FUNCTION_LINES:
+                offenders.append(f"function {module}.{node.name}: {_lines(node)} lines (at most {FUNCTION_LINES})")
+    assert offenders == []
+
+
+def test_no_folder_holds_more_than_a_few_thousand_lines_of_its_own():
+    folders: dict[Path, int] = {}
+    for path in MODULES.values():
+        folders[path.parent] = folders.get(path.parent, 0) + path.read_text().count("\n")
+    offenders = [f"{folder.relative_to(PACKAGE.parent)}: {lines} lines" for folder, lines in folders.items()
+                 if lines > FOLDER_LINES]
+    assert offenders == [], f"group the folder's modules in subfolders (at most {FOLDER_LINES} lines each)"

@@ -46,7 +46,7 @@ def decide(notes: Sequence[ReadNote], has_positions: bool, describe_target: str,
     input is over (its notes are all there).
 
     The rule is a property of the query: a read split into sequence ranges always has as many
-    partitions as its split (source/reader.py pads ranges past the data), so a write fed straight from
+    partitions as its split (source/plan/partitions.py pads ranges past the data), so a write fed straight from
     it sees one range of several at one message as at a million, and is refused. A task that reads
     every range itself (``coalesce(1)``) has all of them by the end of its input: its rows are held
     (and sorted) until then, and published only when every range was its own."""

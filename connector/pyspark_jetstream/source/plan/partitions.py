@@ -96,7 +96,7 @@ def plan_partitions(opts: SourceOptions, start: int, end: int | None, bounds: St
                                       bounds.max_age, from_earliest=from_earliest and r.index == 0, count=parts)
                    for r in ranges]
         # As many partitions as the read is split into, whatever the data: a write fed straight from the read
-        # then sees the same split at one message as at a million (the order guard, sink/ordering.py, is a
+        # then sees the same split at one message as at a million (the order guard, sink/order/decide.py, is a
         # property of the query, not of how much a batch holds). The ranges past the data are empty.
         after = (end if end is not None else max(bounds.last_seq, start)) + 1
         return planned + [JetStreamPartition(opts.stream, i, after, after - 1, bounds.created, bounds.max_age,
