@@ -56,6 +56,8 @@ class Moves:
         again, first_sends = [], {}
         for frame in frames:
             entry = self._stored_recent.pop(frame.token)
+            if entry[4] is None:  # a subject's mark (recovery._stored_behind): stored in its place, never moved
+                continue
             deleted = await self._delete(frame.seq)
             if not deleted and not self._bucket:
                 self.left_out_of_order += 1  # the stream keeps it where it is: counted, never stored twice
