@@ -130,19 +130,22 @@ def test_python_workers_killed_mid_read_are_retried_exactly_once(nats_server, na
     assert datas == list(range(1, count + 1))
 
 
+@pytest.mark.parametrize("mode", ["hole", "hole-no-write-id"])
 def test_a_retry_puts_back_in_order_what_its_failed_attempt_stored_past_a_hole(nats_server, nats_client,
-                                                                              stream_name, tmp_path):
+                                                                              stream_name, tmp_path, mode):
     """Issue #39: a task attempt that dies after a subject's later rows were stored, and not an earlier
     one, leaves its retry to finish the order. Here the target refuses row 100 (larger than its
     ``max_msg_size``) while the rows behind it are stored; the attempt fails; the test raises the limit
     while the retry waits at a gate. The retry publishes row 100, and its subject's rows stored after it
     in the task are deleted and published again behind it: every subject holds its rows in the task's
-    order, each once, as written."""
+    order, each once, as written. With a ``writeId`` the retry reads what its predecessor stored from the
+    replay records; without one (``hole-no-write-id``), from its PubAcks: the rows stored before come back
+    as duplicates at sequences below the hole's new copy, and the publisher moves them behind it."""
     from .jobs.task_retry_job import HOLE_ROW, hole_data
 
     target = stream_name
     nats_client.add_stream(target, [f"{target.lower()}.>"], max_msg_size=1024)
-    proc = subprocess.Popen(_job("hole", nats_server, "-", target, tmp_path), start_new_session=True,
+    proc = subprocess.Popen(_job(mode, nats_server, "-", target, tmp_path), start_new_session=True,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
         wait_until(lambda: (tmp_path / "retrying").exists() or proc.poll() is not None, timeout=240,

@@ -10,6 +10,7 @@ frames whose PubAck was lost (``replay_guard.stored_sequences``, here a look at 
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 from collections import Counter
 
@@ -100,8 +101,15 @@ class FakeClusteredStream:
         return None
 
     async def request(self, subject: str, payload: bytes, timeout: float = 10.0, headers=None) -> _Reply:
-        assert subject == f"$JS.API.STREAM.MSG.DELETE.{STREAM}", subject
         await asyncio.sleep(0.01)  # a request waits for its reply: the loop runs others meanwhile
+        if subject == f"$JS.API.STREAM.MSG.GET.{STREAM}":  # the first message at or after seq
+            seq = json.loads(payload)["seq"]
+            held = sorted(s for s in self.messages if s >= seq)
+            if not held:
+                return _Reply({"error": {"code": 404, "err_code": 10037, "description": "no message found"}})
+            found, (subj, _, data) = held[0], self.messages[held[0]]
+            return _Reply({"message": {"subject": subj, "seq": found, "data": base64.b64encode(data).decode()}})
+        assert subject == f"$JS.API.STREAM.MSG.DELETE.{STREAM}", subject
         seq = json.loads(payload)["seq"]
         self.messages.pop(seq)  # the id stays in the duplicate window, as the server keeps it
         return _Reply({"success": True})
@@ -252,3 +260,49 @@ def test_frames_answered_in_order_are_not_remembered_and_a_loss_after_them_is_st
     assert fake.payloads("S.b") == [str(p).encode() for p in range(1, 160, 2)]
     assert pub.reordered > 0 and pub.stored == 160 and pub.failures == []
     assert not pub._stored_recent and not pub._pending  # all forgotten once calm
+
+
+def test_a_retried_attempt_moves_what_its_predecessor_stored_ahead_of_a_missing_row(monkeypatch):
+    """Issue #39: a batch write without ``writeId`` has no replay records; its retried attempt learns what its
+    predecessor stored from its PubAcks. The stream (one server, no cluster) holds rows 1 and 3 of subject a
+    from the failed attempt, rows 0 and 2 are missing. Sent again, rows 0 and 2 are stored new, rows 1 and 3
+    come back as duplicates at their old, lower sequences: both inversions are seen (a later mark must not
+    hide the first), and rows 1, 2 and 3 are moved behind row 0, each once."""
+    fake = FakeClusteredStream(lambda msg_id, copy: STORE)
+    fake._server_info = {}  # a single server: no leader changes, the ordered recovery is the retry's alone
+    for msg_id, payload in (("r:1", b"1"), ("r:3", b"3")):
+        fake.last_seq += 1
+        fake.ids[msg_id] = fake.last_seq
+        fake.messages[fake.last_seq] = ("S.a", msg_id, payload)
+    _install(monkeypatch, fake)
+
+    pub = _write(fake, lambda pub: _out_frames(pub, "S.a", 4), after_retry=True)
+    assert fake.payloads("S.a") == [b"0", b"1", b"2", b"3"]
+    assert pub.failures == [] and pub.reordered >= 2
+
+
+def test_a_first_attempt_on_one_server_keeps_the_unordered_fast_path(monkeypatch):
+    """Without a retry nothing is checked on a single server (no leader changes there): the rows a stream held
+    under the same ids stay where they are, as duplicates, and nothing is moved."""
+    fake = FakeClusteredStream(lambda msg_id, copy: STORE)
+    fake._server_info = {}
+    fake.last_seq, fake.ids["r:1"], fake.messages[1] = 1, 1, ("S.a", "r:1", b"1")
+    _install(monkeypatch, fake)
+
+    pub = _write(fake, lambda pub: _out_frames(pub, "S.a", 2))
+    assert fake.payloads("S.a") == [b"1", b"0"] and pub.duplicates == 1 and pub.reordered == 0
+
+
+def test_a_retry_does_not_move_again_a_row_its_predecessor_moved_already(monkeypatch):
+    """The predecessor's own leader-change repair moved row 1 behind row 0: its first copy deleted, the row
+    stored again under ``r:1:o1``. The retry's duplicate of ``r:1`` names the deleted copy's sequence, below
+    row 0's: the row stands in order already (as ``r:1:o1``), and moving it again would store it twice."""
+    fake = FakeClusteredStream(lambda msg_id, copy: STORE)
+    fake._server_info = {}
+    fake.last_seq = 3
+    fake.ids.update({"r:1": 1, "r:0": 2, "r:1:o1": 3})  # r:1's first copy (seq 1) deleted by the repair
+    fake.messages.update({2: ("S.a", "r:0", b"0"), 3: ("S.a", "r:1:o1", b"1")})
+    _install(monkeypatch, fake)
+
+    pub = _write(fake, lambda pub: _out_frames(pub, "S.a", 2), after_retry=True)
+    assert fake.payloads("S.a") == [b"0", b"1"] and pub.reordered == 0

@@ -79,7 +79,7 @@ def gate_retried_attempt(retrying, release):
     return gate
 
 
-def write_hole(spark, servers: str, target: str, gate_dir: str) -> None:
+def write_hole(spark, servers: str, target: str, gate_dir: str, write_id: bool = True) -> None:
     rows = spark.range(0, 300, numPartitions=1)
     gate = gate_retried_attempt(os.path.join(gate_dir, "retrying"), os.path.join(gate_dir, "release"))
     rows = rows.mapInArrow(gate, rows.schema)
@@ -87,7 +87,7 @@ def write_hole(spark, servers: str, target: str, gate_dir: str) -> None:
     (rows.select(F.concat(F.lit(f"{target.lower()}.k"), (F.col("id") % 3).cast("string")).alias("subject"),
                  data.alias("data"))
      .write.format("jetstream").option("servers", servers).option("stream", target)
-     .option("writeId", f"hole-{target}").mode("append").save())
+     .options(**({"writeId": f"hole-{target}"} if write_id else {})).mode("append").save())
 
 
 def main(mode: str, servers: str, source: str, target: str, gate_dir: str) -> None:
@@ -98,8 +98,8 @@ def main(mode: str, servers: str, source: str, target: str, gate_dir: str) -> No
         .getOrCreate()
     )
     spark.sparkContext.setLogLevel("ERROR")
-    if mode == "hole":
-        write_hole(spark, servers, target, gate_dir)
+    if mode in ("hole", "hole-no-write-id"):
+        write_hole(spark, servers, target, gate_dir, write_id=mode == "hole")
         spark.stop()
         return
     if mode == "write":

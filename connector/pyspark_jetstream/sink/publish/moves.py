@@ -56,6 +56,10 @@ class Moves:
         again, first_sends = [], {}
         for frame in frames:
             entry = self._stored_recent.pop(frame.token)
+            if entry[4] is None:  # a subject's mark (recovery._stored_behind): stored in its place, never moved
+                continue
+            if self._tops is not None and not await self._still_there(frame.seq):
+                continue  # a retry's duplicate of a copy its predecessor moved already: that copy stands in order
             deleted = await self._delete(frame.seq)
             if not deleted and not self._bucket:
                 self.left_out_of_order += 1  # the stream keeps it where it is: counted, never stored twice
@@ -66,6 +70,19 @@ class Moves:
             again.append(frame.token)
             first_sends[frame.token] = entry[0]
         return again, first_sends
+
+    async def _still_there(self, seq: int) -> bool:
+        """Whether the target holds a message at ``seq``. A retried attempt's duplicate names the sequence its
+        predecessor's copy was first stored at; a leader-change repair of the predecessor may have deleted that
+        copy and stored the row again under a moved id (in its order): moving it once more would store it twice."""
+        import time
+
+        from ...client import jsapi
+
+        still = await jsapi.retrying(
+            lambda timeout: jsapi.next_message(self._nc, self._stream, seq, prefix=self._api_prefix, timeout=timeout),
+            deadline=time.monotonic() + self._ack_timeout)
+        return still is not None and still.seq == seq
 
     async def _delete(self, seq: int) -> bool:
         from ...client import jsapi

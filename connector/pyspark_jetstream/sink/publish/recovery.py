@@ -30,9 +30,15 @@ QUIET = 0.5
 class OrderedRecovery:
     """The ordered publisher's bookkeeping and its repair rounds (module docstring)."""
 
-    def _init_recovery(self, ordered_stream: str | None, api_prefix: str, bucket: bool, move_base: int) -> None:
-        # Ordered recovery (module docstring): every frame to one stream, ids to resend safely, a cluster.
-        self._ordered = ordered_stream is not None and self._idempotent and self._retry_503
+    def _init_recovery(self, ordered_stream: str | None, api_prefix: str, bucket: bool, move_base: int,
+                       after_retry: bool = False) -> None:
+        # Ordered recovery (module docstring): every frame to one stream, ids to resend safely, a cluster; or
+        # a retried attempt without replay records, on any server (see _stored_behind).
+        self._ordered = ordered_stream is not None and self._idempotent and (self._retry_503 or after_retry)
+        # after_retry: subject -> (the highest sequence its frames were stored at, that frame's position, its
+        # first send): every PubAck checked against it (_stored_behind). Only in a retried attempt, whose
+        # predecessor may have left a subject's later rows stored and an earlier one missing.
+        self._tops: dict[str, tuple[int, int, int]] | None = {} if self._ordered and after_retry else None
         self._stream, self._api_prefix, self._bucket = ordered_stream, api_prefix, bucket
         self._send_no = 0
         # ordered: token -> the number of the frame's first send, oldest first. A resend keeps it: what may be
@@ -65,7 +71,7 @@ class OrderedRecovery:
         as soon as it was made. Then only the highest sequence is kept (for :meth:`_find_stored`'s floor);
         the entry is made only once order is in doubt (a frame overtaken, a recovery under way, or frames
         remembered already), so the repair sees every entry it saw before."""
-        if not data and status_of(headers) == 503 and token in self._inflight:
+        if not data and status_of(headers) == 503 and token in self._inflight and self._retry_503:
             self._trouble()  # still unanswered, in its place: the recovery sends it again
             return
         pending = self._pending
@@ -77,6 +83,8 @@ class OrderedRecovery:
             found = ACK_SEQ.search(data)
             if found is not None and b'"error"' not in data:  # stored, or a duplicate: its seq is the original's
                 seq = int(found.group(1))
+                if self._tops is not None and self._stored_behind(token, send_no, sent, seq):
+                    overtook = True  # a recovery moves it (and its subject's later frames) behind the top
                 if overtook or self._stored_recent or not calm:
                     self._remember_stored(token, send_no, sent, seq)
                 elif seq > self._max_seq:
@@ -100,14 +108,35 @@ class OrderedRecovery:
         if calm and self._calm():
             self._forget_settled()
 
+    def _stored_behind(self, token: str, send_no: int, sent: tuple, seq: int) -> bool:
+        """A retried attempt without replay records (a batch write without ``writeId``): whether this frame is
+        stored at a sequence below one where an earlier frame of its subject (in the task's order) is
+        stored. Its predecessor stored the subject's later rows and not an earlier one; this attempt's
+        copy of the earlier one was stored new (after them), and their copies come back as duplicates
+        with their old sequences (a duplicate's PubAck names the original's). Then the highest frame is
+        remembered as the subject's mark, this one with it, and the recovery (:func:`.reorder.ahead`)
+        moves this frame and the subject's later ones behind it (issue #39)."""
+        subject = sent[2]
+        top = self._tops.get(subject)
+        if top is None or seq > top[0]:
+            self._tops[subject] = (seq, sent[0], send_no)
+            return False
+        if seq == top[0]:
+            return False  # the same copy (a resend answered twice)
+        mark = f"top:{top[1]}"  # one per frame marked: a later mark must not hide an earlier inversion
+        if mark not in self._stored_recent:
+            self._stored_recent[mark] = (top[2], top[1], subject, top[0], None)  # never moved (moves._move)
+        return True
+
     def _calm(self) -> bool:
         """No ordered recovery is under way."""
         return self._recovery is None or self._recovery.done()
 
     def _in_order(self) -> bool:
         """Nothing puts the order in doubt: no recovery under way, no stored frame remembered (one is
-        remembered only while it was sent after a frame still unanswered)."""
-        return not self._stored_recent and (self._recovery is None or self._recovery.done())
+        remembered only while it was sent after a frame still unanswered), and no predecessor's copies to
+        check every PubAck against (``_tops``: a retried attempt)."""
+        return not self._stored_recent and self._tops is None and (self._recovery is None or self._recovery.done())
 
     def _remember_stored(self, token: str, send_no: int, sent: tuple, seq: int) -> None:
         """A frame the stream holds at ``seq``: kept (newest last) until no recovery can need to move it."""

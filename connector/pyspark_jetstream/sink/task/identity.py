@@ -28,6 +28,20 @@ def task_identity(plan: SinkPlan) -> tuple[int, MsgIds | None]:
     return partition, MsgIds(run_id, partition)
 
 
+def retried_attempt() -> tuple[int, bool]:
+    """(the number this attempt's moved copies start from, whether it is a retry of the task): a retry's
+    moved copies are numbered apart from its predecessors' (:func:`~pyspark_jetstream.sink.publish.reorder.moved_id`),
+    whose ids the server may still remember."""
+    import hashlib
+
+    from pyspark import TaskContext
+
+    ctx = TaskContext.get()
+    if ctx is None or ctx.attemptNumber() == 0:
+        return 0, False
+    return int(hashlib.sha256(str(ctx.taskAttemptId()).encode()).hexdigest()[:10], 16) * 1000, True
+
+
 def query_of_task() -> tuple[str | None, str | None]:
     """(id, name) of the streaming query running this task, or (None, None) for a batch write.
 

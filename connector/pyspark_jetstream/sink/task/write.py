@@ -37,7 +37,7 @@ from ..records.attempt import ReplayRecords
 from ..reduce.sequenced_write import SequencedWrite
 from .commit import SinkCommitMessage, describe_target
 from .dead_letters import dead_letters, first_refusal
-from .identity import query_of_task, task_identity
+from .identity import query_of_task, retried_attempt, task_identity
 from .refusals import Refusals
 
 log = get_logger("sink")
@@ -54,9 +54,10 @@ def slices(batch: Any, step: int) -> list[Any]:
     return [batch.slice(offset, step) for offset in range(0, batch.num_rows, step)]
 
 
-def open_publisher(opts: Any, move_base: int) -> Publisher:
+def open_publisher(opts: Any, move_base: int, after_retry: bool = False) -> Publisher:
     """The task's publisher on the executor's shared connection; with ``order=subject`` its ordered recovery
-    repairs a subject's order after a leader change (publish/recovery.py)."""
+    repairs a subject's order after a leader change (publish/recovery.py), and in a retried attempt without
+    replay records (``after_retry``) moves the rows its predecessor stored ahead of a missing one."""
     target = kv.stream_name(opts.bucket) if opts.bucket is not None else opts.stream
     ordered = target if opts.order == "subject" else None
 
@@ -65,7 +66,7 @@ def open_publisher(opts: Any, move_base: int) -> Publisher:
         return await Publisher(
             nc, max_pending=opts.max_pending_acks, ack_timeout=opts.ack_timeout, idempotent=opts.idempotent,
             ordered_stream=ordered, api_prefix=opts.api_prefix, bucket=opts.bucket is not None,
-            move_base=move_base,
+            move_base=move_base, after_retry=after_retry,
         ).start()
 
     return runtime.run(opened())
@@ -95,7 +96,10 @@ class WriteTask:
                                     opts.bucket is not None)
         self.ordering = OrderStage(plan, describe_target(opts))
         self.reduction = SequencedWrite(self) if plan.sequence is not None else None  # option 'sequenceBy'
-        self.pub = open_publisher(opts, self.retry.move_base if self.retry is not None else 0)
+        move_base, after_retry = self.retry.move_base if self.retry is not None else 0, False
+        if self.retry is None and opts.order == "subject" and opts.idempotent and plan.sequence is None:
+            move_base, after_retry = retried_attempt()  # no replay records: its PubAcks tell (publish/recovery.py)
+        self.pub = open_publisher(opts, move_base, after_retry)
         self.refusals = Refusals(self)
 
     def write(self, batch: Any) -> None:
