@@ -175,3 +175,39 @@ def test_no_folder_holds_more_than_a_few_thousand_lines_of_its_own():
     offenders = [f"{folder.relative_to(PACKAGE.parent)}: {lines} lines" for folder, lines in folders.items()
                  if lines > FOLDER_LINES]
     assert offenders == [], f"group the folder's modules in subfolders (at most {FOLDER_LINES} lines each)"
+
+
+# Inside source/ and sink/, the rooms stand in the order a row passes them, and a room imports only rooms
+# below it: a stage never reaches back into the task that runs it, nor into the classes Spark calls.
+SUB_ROOMS = {
+    "source": {"pushdown_reader": 3, "spark_readers": 2, "read": 1, "plan": 0, "columns": 0},
+    "sink": {"spark_writers": 4, "task": 3, "plan": 2, "publish": 2, "records": 1, "reduce": 1, "order": 0,
+             "encode": 0},
+}
+
+
+def sub_room(module: str) -> str | None:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 and parts[0] in SUB_ROOMS else None
+
+
+def test_every_module_of_source_and_sink_is_in_a_room():
+    rooms = {(room(m), sub_room(m)) for m in MODULES if room(m) in SUB_ROOMS and sub_room(m) is not None}
+    assert rooms == {(r, s) for r, subs in SUB_ROOMS.items() for s in subs}, \
+        "give the new room a place in SUB_ROOMS and the architecture page"
+
+
+def test_the_rooms_of_source_and_sink_import_only_the_rooms_below_them():
+    offenders = []
+    for module in MODULES:
+        here = sub_room(module)
+        if here is None:
+            continue
+        levels = SUB_ROOMS[room(module)]
+        for target in imports_of(module):
+            there = sub_room(target)
+            if room(target) != room(module) or there is None or there == here:
+                continue
+            if levels[there] >= levels[here]:
+                offenders.append(f"{module} ({here}, {levels[here]}) -> {target} ({there}, {levels[there]})")
+    assert offenders == []

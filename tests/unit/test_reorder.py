@@ -5,8 +5,9 @@ from __future__ import annotations
 import random
 
 from pyspark_jetstream.protocol.frames import hpub_frame, parse_hpub_frame
+from pyspark_jetstream.sink.encode.msg_ids import base_id, moved_id
 from pyspark_jetstream.sink.publish.publisher import Publisher
-from pyspark_jetstream.sink.publish.reorder import Stored, ahead, base_id, moved_id
+from pyspark_jetstream.sink.publish.reorder import Stored, ahead
 
 
 def _stored(rows):

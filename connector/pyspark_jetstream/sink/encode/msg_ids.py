@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import operator
+import re
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -98,6 +99,20 @@ class MsgIds:
                 seen.add(digest)
                 out.append(prefix + digest)
         return out
+
+
+_MOVED = re.compile(r":o\d+$")
+
+
+def moved_id(msg_id: str, round_: int) -> str:
+    """The id a message sent again after its stored copy was deleted carries (a subject's order repaired,
+    publish/reorder.py): the server remembers the old id after the delete, so the copy needs its own."""
+    return f"{base_id(msg_id)}:o{round_}"
+
+
+def base_id(msg_id: str) -> str:
+    """The row's own id, whatever round of reordering stored it (the replay records read both as one row)."""
+    return _MOVED.sub("", msg_id)
 
 
 _DIGEST = functools.partial(hashlib.blake2b, digest_size=8)

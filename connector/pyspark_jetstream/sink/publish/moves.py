@@ -3,7 +3,7 @@
 Both repairs of a subject's order need it: the publisher's ordered recovery after a leader change
 (:mod:`.recovery`) and a retried attempt putting rows behind the one its predecessor left missing
 (:mod:`.retry_order`). The server would take a frame sent again under its old ``Nats-Msg-Id`` for a
-duplicate of the deleted copy, so a moved frame gets :func:`.reorder.moved_id`, numbered per
+duplicate of the deleted copy, so a moved frame gets :func:`~pyspark_jetstream.sink.encode.msg_ids.moved_id`, numbered per
 attempt (``move_base``) and per recovery round. A target that denies deletes keeps its copy where it
 is: counted, never stored twice.
 
@@ -16,6 +16,7 @@ import asyncio
 
 from ...errors import JetStreamConnectorError
 from ...protocol.headers import EXPECTED_LAST_SUBJECT_SEQUENCE
+from ..encode.msg_ids import moved_id
 
 _CONDITIONAL = f"\r\n{EXPECTED_LAST_SUBJECT_SEQUENCE}:".encode()
 
@@ -103,14 +104,14 @@ class Moves:
                                       "its subject's order after a leader change: the stream answered no delete.")
 
     def _renamed(self, sent: tuple, number: int | None = None) -> tuple:
-        """``sent`` under a new id (:func:`~.reorder.moved_id`, numbered ``number``, else by this round): its
-        stored copy was deleted (or is to be), and the server would take the old id for a duplicate."""
+        """``sent`` under a new id (:func:`~pyspark_jetstream.sink.encode.msg_ids.moved_id`, numbered ``number``,
+        else by this round): its stored copy was deleted (or is to be), and the server would take the old id
+        for a duplicate."""
         from ...protocol.frames import hpub_frame, parse_hpub_frame
-        from . import reorder
 
         position, frame, subject, ttl, msg_id, _, payload_len = sent[:7]
         _, block, payload = parse_hpub_frame(frame)
-        new_id = reorder.moved_id(msg_id, self._move_base + self._rounds if number is None else number)
+        new_id = moved_id(msg_id, self._move_base + self._rounds if number is None else number)
         block = block.replace(f"Nats-Msg-Id: {msg_id}\r\n".encode(), f"Nats-Msg-Id: {new_id}\r\n".encode(), 1)
         new_frame = hpub_frame(subject, f"{self.reply_prefix}{position}", block, payload)
         return (position, new_frame, subject, ttl, new_id, len(block), payload_len, *sent[7:])

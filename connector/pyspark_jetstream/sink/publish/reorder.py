@@ -12,7 +12,7 @@ or quiet, and then, for each subject with an unanswered frame, deletes the messa
 subject stored after it (by the sequence their PubAcks gave) and sends everything again in
 the task's order, the moved messages under a new ``Nats-Msg-Id`` (the old one with
 ``:o<round>`` appended: the server still remembers the old id after the delete, and the replay
-records read the suffix as the same row, :func:`base_id`). Then it checks, from the sequences
+records read the suffix as the same row, :func:`~pyspark_jetstream.sink.encode.msg_ids.base_id`). Then it checks, from the sequences
 the PubAcks gave (a duplicate's PubAck names the original's), that each subject's frames are
 stored in the task's order, and moves again any that are not (:func:`ahead`), until none is
 unanswered and none is out of order.
@@ -20,21 +20,8 @@ unanswered and none is out of order.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable
 from dataclasses import dataclass
-
-_MOVED = re.compile(r":o\d+$")
-
-
-def moved_id(msg_id: str, round_: int) -> str:
-    """The id a message sent again after its stored copy was deleted carries."""
-    return f"{base_id(msg_id)}:o{round_}"
-
-
-def base_id(msg_id: str) -> str:
-    """The row's own id, whatever round of reordering stored it."""
-    return _MOVED.sub("", msg_id)
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ first attempt sent them in) and keeps, per subject, the sequence of the last row
 row with a copy after that sequence stays where it is (skipped, as before; any other copy of it is
 deleted: a copy stored twice). The first row of a subject with no copy there (missing, or only
 stored before a row left in place) *breaks* the subject: it and every later row of the subject
-are published, the ones with copies under a new id (:func:`.reorder.moved_id`, numbered for this
+are published, the ones with copies under a new id (:func:`~pyspark_jetstream.sink.encode.msg_ids.moved_id`, numbered for this
 attempt: the server still remembers the old id, and the replay records read the suffix as the same
 row), and their old copies are deleted once the new ones are stored: an attempt that dies before
 leaves two copies, which the next retry's walk sorts out, never none.

@@ -38,7 +38,7 @@ from ...client import jsapi
 from ...logs import get_logger
 from ...protocol import kv
 from ...protocol.puback import parse_puback
-from ..publish.reorder import base_id
+from ..encode.msg_ids import base_id
 
 log = get_logger("sink")
 
@@ -48,7 +48,7 @@ WINDOW = 256
 
 def same_row(stored_id: str | None, msg_id: str) -> bool:
     """Whether a message stored with ``stored_id`` is the row published as ``msg_id``: the same id once a
-    copy moved back into order (``:o<round>``, :func:`~.reorder.base_id`) is read as the row's own."""
+    copy moved back into order (``:o<round>``, :func:`~pyspark_jetstream.sink.encode.msg_ids.base_id`) is read as the row's own."""
     return stored_id is not None and base_id(stored_id) == base_id(msg_id)
 
 

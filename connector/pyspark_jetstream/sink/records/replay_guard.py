@@ -52,7 +52,7 @@ from ...errors import JetStreamApiError
 from ...logs import get_logger
 from ...protocol import kv
 from ...protocol.ack_subject import fast_fields
-from ..publish.reorder import base_id
+from ..encode.msg_ids import base_id
 from .superseded import Superseded
 
 log = get_logger("sink")

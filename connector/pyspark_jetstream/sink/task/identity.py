@@ -30,7 +30,7 @@ def task_identity(plan: SinkPlan) -> tuple[int, MsgIds | None]:
 
 def retried_attempt() -> tuple[int, bool]:
     """(the number this attempt's moved copies start from, whether it is a retry of the task): a retry's
-    moved copies are numbered apart from its predecessors' (:func:`~pyspark_jetstream.sink.publish.reorder.moved_id`),
+    moved copies are numbered apart from its predecessors' (:func:`~pyspark_jetstream.sink.encode.msg_ids.moved_id`),
     whose ids the server may still remember."""
     import hashlib
 
