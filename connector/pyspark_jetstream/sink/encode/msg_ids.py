@@ -110,6 +110,12 @@ def moved_id(msg_id: str, round_: int) -> str:
     return f"{base_id(msg_id)}:o{round_}"
 
 
+def move_base(attempt: str) -> int:
+    """Where the moved ids of task attempt ``attempt`` start numbering (``:o<move_base + round>``): apart from
+    its predecessors', whose ids the server may still remember, and from its own repair rounds."""
+    return int(hashlib.sha256(attempt.encode()).hexdigest()[:10], 16) * 1000
+
+
 def base_id(msg_id: str) -> str:
     """The row's own id, whatever round of reordering stored it (the replay records read both as one row)."""
     return _MOVED.sub("", msg_id)

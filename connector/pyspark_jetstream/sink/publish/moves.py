@@ -13,6 +13,7 @@ is: counted, never stored twice.
 from __future__ import annotations
 
 import asyncio
+import time
 
 from ...errors import JetStreamConnectorError
 from ...protocol.headers import EXPECTED_LAST_SUBJECT_SEQUENCE
@@ -75,9 +76,8 @@ class Moves:
     async def _still_there(self, seq: int) -> bool:
         """Whether the target holds a message at ``seq``. A retried attempt's duplicate names the sequence its
         predecessor's copy was first stored at; a leader-change repair of the predecessor may have deleted that
-        copy and stored the row again under a moved id (in its order): moving it once more would store it twice."""
-        import time
-
+        copy and stored the row again under a moved id (in its order): moving it once more would store it twice.
+        Asked again while the stream has no leader, up to ``ackTimeout``."""
         from ...client import jsapi
 
         still = await jsapi.retrying(
@@ -97,8 +97,7 @@ class Moves:
             except JetStreamApiError as exc:
                 if not jsapi.is_transient(exc):
                     # Denied (deny_delete), or gone already: a delete whose reply was lost did happen.
-                    still = await jsapi.next_message(self._nc, self._stream, seq, prefix=self._api_prefix)
-                    return still is None or still.seq != seq
+                    return not await self._still_there(seq)
                 await asyncio.sleep(min(0.1 * (attempt + 1), 1.0))  # a leader being elected: ask again
         raise JetStreamConnectorError(f"Could not delete message {seq} of stream '{self._stream}' to put it back in "
                                       "its subject's order after a leader change: the stream answered no delete.")

@@ -23,11 +23,11 @@ task must do afterwards (the stale copies to delete once every PubAck came, and 
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ..encode.msg_ids import move_base
 from .moves import is_conditional
 
 _NONE: tuple[int, ...] = ()
@@ -79,7 +79,7 @@ class RetryMoves:
         self.bucket = bucket
         # :o<number> of this attempt's moved copies, apart from its predecessors' (whose ids the server
         # may still remember) and from the rounds of its own leader-change repairs (publisher).
-        self.move_base = int(hashlib.sha256(attempt_id.encode()).hexdigest()[:10], 16) * 1000
+        self.move_base = move_base(attempt_id)
         self.stale: list[tuple[int, tuple[int, ...]]] = []  # (position, copies to delete once it is stored)
         self.refused: set[int] = set()  # positions the server refused (their stale copies stay)
         self.moved = self.left_in_place = 0  # rows moved behind a missing one; ... that could not be moved

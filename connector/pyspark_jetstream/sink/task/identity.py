@@ -8,7 +8,7 @@ travel in the commit message, for the driver's log line.
 
 from __future__ import annotations
 
-from ..encode.msg_ids import MsgIds
+from ..encode.msg_ids import MsgIds, move_base
 from ..plan.sink_plan import SinkPlan
 
 
@@ -32,14 +32,12 @@ def retried_attempt() -> tuple[int, bool]:
     """(the number this attempt's moved copies start from, whether it is a retry of the task): a retry's
     moved copies are numbered apart from its predecessors' (:func:`~pyspark_jetstream.sink.encode.msg_ids.moved_id`),
     whose ids the server may still remember."""
-    import hashlib
-
     from pyspark import TaskContext
 
     ctx = TaskContext.get()
     if ctx is None or ctx.attemptNumber() == 0:
         return 0, False
-    return int(hashlib.sha256(str(ctx.taskAttemptId()).encode()).hexdigest()[:10], 16) * 1000, True
+    return move_base(str(ctx.taskAttemptId())), True
 
 
 def query_of_task() -> tuple[str | None, str | None]:
