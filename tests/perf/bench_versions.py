@@ -81,7 +81,10 @@ def main() -> int:
                     if found["ratio"]:
                         ratios[tree].setdefault(path, []).append(float(found["ratio"][:-1]))
                 line = []
-                if section == "write":
+                if section != "write":  # each compared row's ratio, to show the spread of the runs
+                    line = [f"{VARYING.sub('', f['path'])[:40]} {f['ratio']}" for f in TABLE_ROW.finditer(table)
+                            if f["ratio"]]
+                else:
                     for row, label in ROWS.items():
                         found = re.search(re.escape(label) + r".*?\| (-?[\d.]+)x \(raw", table)
                         assert found is not None, (row, table)

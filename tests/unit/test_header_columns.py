@@ -80,6 +80,29 @@ def test_the_common_shapes_take_the_column_wise_path():
     same(header_columns.columnar(odd, MAP, NAMES), header_columns.per_row(odd, MAP, NAMES))
 
 
+def test_a_read_without_the_map_searches_each_names_line():
+    sink = [b"NATS/1.0\r\nNats-Msg-Id: w:%d\r\nNats-TTL: 1h\r\nNats-Expected-Stream: S\r\n\r\n" % i for i in range(4)]
+    mixed = sink[:2] + [b"NATS/1.0\r\nNats-Msg-Id: z\r\n\r\n", None, b"NATS/1.0\r\nNats-TTL:\t5s \r\n\r\n",
+                        b"NATS/1.0\r\nNats-Marker-Reason: MaxAge\r\nNats-TTL: 1m0s"]  # the last line unended
+    for batch in (sink, mixed):
+        first = header_columns.searched(batch, NAMES)
+        assert first is not None  # one scan a name, whatever the batch's shape
+        same_firsts(header_columns.HeaderColumns(None, first), header_columns.per_row(batch, MAP, NAMES))
+    first = header_columns.searched(mixed, NAMES)
+    assert first["Nats-TTL"].to_pylist() == ["1h", "1h", None, None, "5s", "1m0s"]
+    assert first["Nats-Marker-Reason"].to_pylist() == [None] * 5 + ["MaxAge"]
+    assert first["KV-Operation"].null_count == 6
+    # The name anywhere but as one line's name (a value, a padded or repeated name, the status line), or a
+    # value not ASCII: another path decides, and decides as the per-row parser does.
+    for odd in ([b"NATS/1.0\r\nX: Nats-TTL\r\nNats-TTL: 1h\r\n\r\n"],
+                [b"NATS/1.0\r\n Nats-TTL : 1h\r\nNats-TTL: 2h\r\n\r\n"],
+                [b"NATS/1.0\r\nNats-TTL: 1h\r\nNats-TTL: 2h\r\n\r\n", None],
+                [b"NATS/1.0 Nats-TTL\r\nNats-TTL: 1h\r\n\r\n"],
+                [b"NATS/1.0\r\nNats-TTL: 1h\xc2\xa0\r\n\r\n"], [b"NATS/1.0\r\nNats-TTL: \xff\r\n\r\n"]):
+        assert header_columns.searched(odd, NAMES) is None, odd
+        same_firsts(header_columns.decode(odd, MAP, NAMES, want_map=False), header_columns.per_row(odd, MAP, NAMES))
+
+
 template_name = st.sampled_from(["Nats-Msg-Id", "Nats-TTL", "Nats-Expected-Stream", "Nats-Marker-Reason",
                                  "KV-Operation", "X-Tag", "x-tag", " X-Tag ", "\tX-Tag", "", "A:B"]) \
     | st.text(alphabet=st.characters(min_codepoint=32, max_codepoint=126), max_size=5)

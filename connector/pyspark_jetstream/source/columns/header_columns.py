@@ -18,8 +18,13 @@ pyarrow compute, by one of two paths:
 Both return ``None`` for a batch with a block outside the common shape: bytes that are not
 UTF-8, or any that are not ASCII (where pyarrow's and Python's notions of white space could
 differ; for ASCII both trim exactly ``str.isspace`` characters). :func:`per_row` then decodes that batch
-exactly as before, with :func:`~pyspark_jetstream.protocol.headers.parse_headers`. A
-differential test (``tests/unit/test_header_columns.py``) holds all three to the same columns.
+exactly as before, with :func:`~pyspark_jetstream.protocol.headers.parse_headers`.
+
+A read without the ``headers`` column (``includeHeaders=false``, or a schema without it) needs no map,
+only the first value of a few names: :func:`searched` finds each name's line in every block (one
+scan a name), whatever the batch's shape, and hands over to the paths above when a name also
+occurs elsewhere. A differential test (``tests/unit/test_header_columns.py``) holds all of them to
+the same columns.
 """
 
 from __future__ import annotations
@@ -213,6 +218,53 @@ def _starts(sorted_values: Any) -> Any:
     return pa.concat_arrays([pa.array([True]), pc.not_equal(sorted_values.slice(1), sorted_values.slice(0, m - 1))])
 
 
+def searched(blocks: list[bytes | None], names: tuple[str, ...]) -> dict[str, Any] | None:
+    """For a read without the ``headers`` column: each name's first value per row, found by searching
+    each block for the line that starts ``\r\n<name>:`` (one scan a name, no split into lines, no map),
+    so a batch that mixes shapes (a TTL on some messages only) costs what a uniform one does.
+
+    It agrees with :func:`~pyspark_jetstream.protocol.headers.parse_headers` when, across the batch,
+    the name occurs exactly as often as there are rows with such a line: each such row then holds the
+    name once, as that line's name, and no other line trims to it. ``None`` otherwise, or when a value
+    is not ASCII (Python trims Unicode white space too): another path decides. The names (the
+    protocol's constants) have no border, so a non-overlapping count counts them all. An ASCII
+    byte never belongs to a byte sequence that is not UTF-8, so the raw bytes' lines are the decoded
+    text's."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    raw_blocks = pa.array(blocks, pa.binary())
+    n = len(raw_blocks)
+    _, offsets, data = raw_blocks.buffers()
+    end = pa.Array.from_buffers(pa.int32(), n + 1, [None, offsets])[n].as_py()  # a new array starts at 0
+    text = data.slice(0, end).to_pybytes() if data is not None else b""
+    first: dict[str, Any] = {}
+    for name in names:
+        key = name.encode()
+        seen = text.count(key)
+        if not seen:
+            first[name] = pa.nulls(n, pa.string())
+            continue
+        parts = pc.split_pattern(raw_blocks, b"\r\n" + key + b":", max_splits=1)
+        found = pc.fill_null(pc.equal(pc.list_value_length(parts), 2), False)  # a null block: no line
+        if pc.sum(found).as_py() != seen:
+            return None
+        after = pc.list_element(parts, 1) if seen == n else pc.list_flatten(pc.list_slice(parts, 1, 2))
+        line = pc.list_element(pc.split_pattern(after, b"\r\n", max_splits=1), 0)
+        try:
+            values = line.cast(pa.string())
+        except (pa.ArrowInvalid, UnicodeDecodeError):
+            return None
+        if not pc.all(pc.string_is_ascii(values)).as_py():
+            return None
+        values = pc.ascii_trim(values, _PY_ASCII_WHITESPACE)
+        if seen != n:  # the found rows' values, in row order: back to their rows, null elsewhere
+            at = pc.subtract(pc.cumulative_sum(found.cast(pa.int64())), 1)
+            values = pc.take(values, pc.if_else(found, at, pa.scalar(None, pa.int64())))
+        first[name] = values
+    return first
+
+
 def per_row(blocks: list[bytes | None], map_type: Any, names: tuple[str, ...]) -> HeaderColumns:
     """Any batch, one block at a time with the protocol's header parser (bytes that are not UTF-8
     become U+FFFD)."""
@@ -242,5 +294,9 @@ def decode(blocks: list[bytes | None], map_type: Any, names: tuple[str, ...], *,
     ``headers`` is then None."""
     if all(block is None for block in blocks):
         return per_row(blocks, map_type, names)
+    if not want_map:
+        first = searched(blocks, names)
+        if first is not None:
+            return HeaderColumns(None, first)
     return columnar(blocks, map_type, names, want_map) or per_row(blocks, map_type, names)
 

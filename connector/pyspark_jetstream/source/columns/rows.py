@@ -73,6 +73,8 @@ class BatchBuilder:
         self.map_type = full.field("headers").type
         # The read's columns (source/columns/selection.py), in order: only those are built.
         self.schema = full if columns is None else pa_schema([full.field(name) for name in columns])
+        # A stream's read looks up no KV-Operation (one scan of every block fewer without the map).
+        self.derived = _DERIVED if kv_bucket is not None else (TTL, MARKER_REASON)
         self.needs_headers = (not include_markers or drop_removed_keys
                               or any(name in self.schema.names for name in _FROM_HEADERS))
         self._reset()
@@ -188,7 +190,7 @@ class RawBatch:
         wanted = cfg.schema.names
         times_us = pc.divide(pa.array(self.times, pa.int64()), 1000)
         if cfg.needs_headers:
-            decoded = header_columns.decode(self.header_blocks, cfg.map_type, _DERIVED,
+            decoded = header_columns.decode(self.header_blocks, cfg.map_type, cfg.derived,
                                             want_map="headers" in wanted)
         else:  # no column comes from a header, and no row is left out by one: the blocks are not read
             decoded = header_columns.HeaderColumns(None, {name: pa.nulls(n, pa.string()) for name in _DERIVED})
