@@ -374,6 +374,26 @@ def test_messages_no_schema_can_hold_are_read_not_hung(spark, nats_server, nats_
     assert dict(rows[1].headers)["Nats-TTL"] == [huge]
 
 
+def test_subjects_with_a_vertical_tab_or_form_feed_are_read(spark, nats_server, nats_client, stream_name):
+    """The server takes VT and FF inside a subject (it splits a line's arguments at space, tab, CR and
+    LF); nats-py's delivery-line regex split there too, dropped the connection and the read reconnected
+    until its task died. Every message is a row, with and without headers, in a frame nats-py's own
+    parser gathers too (past 256 KiB), on 2 partitions, field by field as the server's STREAM.MSG.GET
+    gives it."""
+    nats_client.add_stream(stream_name, [f"{stream_name}.>"])
+    block = b"NATS/1.0\r\nX-Tag: a\r\n\r\n"
+    for subject, headers, data in ((".a\x0cb", None, b"ff"), (".c\x0bd", block, b"vt"), (".plain", block, b"p"),
+                                   (".big\x0cx", block, b"L" * 300_000), (".e\x0b\x0cf", None, b"both")):
+        assert "error" not in nats_client.publish_raw(stream_name.encode() + subject.encode(), headers, data)
+    stored = nats_client.messages(stream_name)
+    assert [m.subject for m in stored] == [f"{stream_name}{s}" for s in (".a\x0cb", ".c\x0bd", ".plain", ".big\x0cx",
+                                                                        ".e\x0b\x0cf")]
+    rows = read(spark, nats_server, stream=stream_name, numPartitions="2", consume__maxWait="20s") \
+        .orderBy("seq").collect()
+    assert [(r.subject, r.seq, r.data, dict(r.headers or {})) for r in rows] == \
+        [(m.subject, m.seq, m.data, m.headers) for m in stored]
+
+
 def test_kv_keys_removed_by_their_ttl_read_as_purge_like_nats_py_sees_them(spark, nats_server, nats_client):
     """A key created with a per-key TTL in a bucket with limit markers: when it expires the server
     writes a MaxAge marker, which nats-py's KV API (history, get) reports as PURGE. The change log

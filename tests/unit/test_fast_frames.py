@@ -25,6 +25,7 @@ from pyspark_jetstream.client import nats_internals
 from pyspark_jetstream.client.nats_internals import FastFrames
 
 RAW_SIDS = (1, 2)  # raw subscriptions; 7 is a normal nats-py one
+nats_internals.receive_every_subject()  # the parser as the connector runs it (VT and FF inside subjects)
 
 
 class Recorder:
@@ -105,6 +106,8 @@ ODD = [
     b"+OK \r\n", b"PING\r\n\r\n", b"-ERR\r\n 'x'\r\n", b"INFO {}\r\n",
     b"FOO bar\r\n",  # unknown
     b"MSG a 1\r\n",  # MSG without a size
+    b"MSG a\x0cb 1 3\r\nabc\r\n", b"HMSG a\x0bb 2 0 3\r\nabc\r\n",  # VT and FF inside a subject: the server's rule
+    b"MSG\x0ba 1 3\r\nabc\r\n",  # a VT is no separator: one unknown word
     b"\r\n",
 ]
 

@@ -21,7 +21,7 @@ The internals used, all of nats-py 2.x (pinned in pyproject.toml, and checked in
 about a second by ``tests/unit/test_nats_internals.py`` so that an upgrade fails
 there first): ``Client._process_msg``, ``Client._ps`` (its ``parse``,
 ``reset``, ``buf``, ``state``, ``needed`` and ``header_needed``, and the protocol regexes of
-``nats.protocol.parser``), ``Client._send_command``,
+``nats.protocol.parser``, two of which :func:`receive_every_subject` replaces), ``Client._send_command``,
 ``Client._flush_pending``, ``Client._pending`` / ``_pending_data_size``,
 ``Client._server_info``, ``Client.options["max_reconnect_attempts"]`` and
 ``Subscription._id``; and two attributes this module sets on the client.
@@ -58,8 +58,31 @@ def _unanchored(pattern: re.Pattern) -> re.Pattern:
     return re.compile(pattern.pattern[2:], pattern.flags)
 
 
-_MSG = _unanchored(_wire.MSG_RE)
-_HMSG = _unanchored(_wire.HMSG_RE)
+NATS_PY_MSG_RE, NATS_PY_HMSG_RE = _wire.MSG_RE, _wire.HMSG_RE
+"""nats-py's own delivery-line regexes, as it ships them (the unit test holds ours to their groups)."""
+_ARG = rb"([^ \t\r\n]+)"
+_BLANKS = rb"[ \t]+"
+MSG_RE = re.compile(rb"\AMSG" + _BLANKS + _ARG + _BLANKS + _ARG + _BLANKS + rb"(" + _ARG + _BLANKS + rb")?(\d+)\r\n")
+HMSG_RE = re.compile(rb"\AHMSG" + _BLANKS + _ARG + _BLANKS + _ARG + _BLANKS + rb"(" + _ARG + _BLANKS + rb")?(\d+)"
+                     + _BLANKS + rb"(\d+)\r\n")
+"""MSG and HMSG lines split as nats-server splits a line's arguments (at space, tab, CR and LF only), with
+nats-py's groups: (subject, sid, reply and blanks, reply, [header size,] size)."""
+
+
+def receive_every_subject() -> None:
+    """Let nats-py's parser take every subject the server delivers, process-wide.
+
+    nats-py splits a delivery line at any ASCII blank (bytes ``\\s``: vertical tab and form feed too).
+    The server takes both inside a subject, so a message stored under ``orders.a\\x0cb`` (any other
+    client can publish one) made nats-py fail the line and drop the connection, and a read reconnect
+    until its task died. Its two regexes are swapped for :data:`MSG_RE` and :data:`HMSG_RE`: every
+    line the server writes parses as before, and those subjects parse too. (The sink still refuses
+    to publish them: other nats-py readers cannot receive them.)"""
+    _wire.MSG_RE, _wire.HMSG_RE = MSG_RE, HMSG_RE
+
+
+_MSG = _unanchored(MSG_RE)
+_HMSG = _unanchored(HMSG_RE)
 _LINES = tuple(_unanchored(p) for p in (_wire.OK_RE, _wire.ERR_RE, _wire.PING_RE, _wire.PONG_RE, _wire.INFO_RE))
 """The other operations, in the order nats-py's parser tries them (after MSG and HMSG)."""
 _ERR = _LINES[1]
@@ -236,6 +259,7 @@ def _install(nc: Any) -> dict[int, RawHandler]:
     handlers = getattr(nc, _HANDLERS_ATTR, None)
     if handlers is not None:
         return handlers
+    receive_every_subject()
     handlers = {}
     original = nc._process_msg
 

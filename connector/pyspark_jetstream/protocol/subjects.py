@@ -44,8 +44,9 @@ def is_publish_subject(subject: str) -> bool:
 def is_receivable_subject(subject: str) -> bool:
     """A publish subject a nats-py client can also receive: nats-py's ``MSG``/``HMSG`` line regexes split
     on bytes ``\\s``, which adds VT to the server's refused five, so a message stored under a subject with
-    VT is never delivered to one (this connector's reader included: the read does not end). What the
-    sink writes: a message it stores must be readable."""
+    VT is never delivered to one. This connector's reader takes them (``client/nats_internals.py``,
+    ``receive_every_subject``); other nats-py readers do not. What the sink writes: a message it stores
+    must be readable by any client."""
     return is_publish_subject(subject) and "\v" not in subject
 
 
