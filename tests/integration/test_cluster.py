@@ -37,8 +37,16 @@ def _step_down(client: SyncNats, stream: str) -> str:
     before = _leader(client, stream)
     reply = client.api(f"STREAM.LEADER.STEPDOWN.{stream}")
     assert reply.get("success"), reply
-    return wait_until(lambda: (lambda now: now if now and now != before else None)(
-        client.api(f"STREAM.INFO.{stream}").get("cluster", {}).get("leader")), timeout=30, what=f"a new leader of {stream}")
+    return wait_until(lambda: (lambda now: now if now and now != before else None)(_leader_if_any(client, stream)),
+                      timeout=30, what=f"a new leader of {stream}")
+
+
+def _leader_if_any(client: SyncNats, stream: str) -> str | None:
+    """The stream's leader, or None while the election leaves its info unanswered (a request timeout)."""
+    try:
+        return client.api(f"STREAM.INFO.{stream}").get("cluster", {}).get("leader")
+    except nats.errors.TimeoutError:
+        return None
 
 
 def test_r3_pipeline_survives_step_down_and_node_loss(spark, nats_cluster, tmp_path):
