@@ -220,7 +220,7 @@ def _starts(sorted_values: Any) -> Any:
 
 def searched(blocks: list[bytes | None], names: tuple[str, ...]) -> dict[str, Any] | None:
     """For a read without the ``headers`` column: each name's first value per row, found by searching
-    each block for the line that starts ``\r\n<name>:`` (one scan a name, no split into lines, no map),
+    each block for the line that starts ``\\r\\n<name>:`` (one scan a name, no split into lines, no map),
     so a batch that mixes shapes (a TTL on some messages only) costs what a uniform one does.
 
     It agrees with :func:`~pyspark_jetstream.protocol.headers.parse_headers` when, across the batch,

@@ -193,7 +193,7 @@ class RawBatch:
             decoded = header_columns.decode(self.header_blocks, cfg.map_type, cfg.derived,
                                             want_map="headers" in wanted)
         else:  # no column comes from a header, and no row is left out by one: the blocks are not read
-            decoded = header_columns.HeaderColumns(None, {name: pa.nulls(n, pa.string()) for name in _DERIVED})
+            decoded = header_columns.HeaderColumns(None, {name: pa.nulls(n, pa.string()) for name in cfg.derived})
         ttls = decoded.first[TTL]
         markers = decoded.first[MARKER_REASON]
         ops = None
