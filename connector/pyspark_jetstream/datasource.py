@@ -19,15 +19,6 @@ class JetStreamDataSource(DataSource):
     :mod:`pyspark_jetstream.options`.
     """
 
-    def __init__(self, options: dict[str, str]) -> None:
-        super().__init__(options)
-        import uuid
-
-        # One per load() or view: Spark pickles this instance once per relation and hands that copy to
-        # every planner of it, so the token tells two scans of one relation apart from two relations
-        # (source/plan/pushdown_registry.py).
-        self.relation = uuid.uuid4().hex
-
     @classmethod
     def name(cls) -> str:
         return "jetstream"
@@ -65,15 +56,18 @@ class JetStreamDataSource(DataSource):
         return dataclasses.replace(opts, columns=None if columns == every else columns)
 
     def reader(self, schema):
-        """The batch reader; one that takes pushed filters when Spark's pushdown planner asks for it
-        (PySpark 4.1+ with ``spark.sql.python.filterPushdown.enabled``: ``spark_api.pushdown_requested``)."""
-        from .spark_api import pushdown_requested
+        """The batch reader. One that narrows its read by pushed filters only when Spark's pushdown planner
+        asks for it (``spark.sql.python.filterPushdown.enabled``: ``spark_api.pushdown_requested``) on a
+        PySpark that keeps a pushed read to its own scan (``spark_api.scoped_pushdown``: none up to 4.3).
+        Elsewhere the plain reader, whose ``pushFilters`` (the base class's) hands every filter back to
+        Spark: a read shared by every scan of a view is then the whole read, right for each of them."""
+        from .spark_api import pushdown_requested, scoped_pushdown
 
         opts = self._source_options(schema, streaming=False)
-        if pushdown_requested():
+        if pushdown_requested() and scoped_pushdown():
             from .source.pushdown_reader import JetStreamPushdownReader
 
-            return JetStreamPushdownReader(opts, getattr(self, "relation", None))
+            return JetStreamPushdownReader(opts)
         from .source.spark_readers import JetStreamBatchReader
 
         return JetStreamBatchReader(opts)

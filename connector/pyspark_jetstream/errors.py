@@ -157,7 +157,3 @@ class OrderError(JetStreamConnectorError):
     """A write would store a subject's (a key's) messages out of their source order, and the sink option
     ``order`` asks for that order (its default)."""
 
-
-class SharedPushdownError(JetStreamConnectorError):
-    """One query scans the same view or DataFrame twice and Spark gave both scans the read one of them
-    narrowed by a pushed filter (PySpark 4.1 to 4.3): refused rather than answered wrong."""

@@ -8,7 +8,8 @@ Source API appeared (4.0), and what later releases added is looked up here, by f
 - 4.0: readers and writers, Arrow batches from ``read()``, ``DataSourceArrowWriter``.
 - 4.1: ``DataSourceStreamArrowWriter`` (streaming writes in Arrow batches); before it, streaming
   writes get rows, which the sink turns into Arrow batches itself. Also ``pushFilters`` for batch
-  readers, behind ``spark.sql.python.filterPushdown.enabled`` (:func:`pushdown_requested`).
+  readers, behind ``spark.sql.python.filterPushdown.enabled`` (:func:`pushdown_requested`); up to 4.3
+  a pushed read is shared by every scan of a view, so nothing is narrowed there (:func:`scoped_pushdown`).
 - 4.2: admission control for Python streaming sources (``latestOffset(start, limit)``,
   ``ReadLimit``) and ``Trigger.AvailableNow`` (``SupportsTriggerAvailableNow``). Before it, Spark
   calls ``latestOffset()`` with no arguments: a micro-batch reads everything new, and the read
@@ -139,25 +140,17 @@ def _module_of(scope: dict) -> str | None:
     return name
 
 
-SCOPED_PUSHDOWN_VERSION = (4, 2)
-"""The first PySpark whose tasks can tell which SQL execution they serve (a UUIDv7 query id that
-carries the execution's start: ``source/plan/pushdown_scope.py``)."""
+LAST_SHARED_PUSHDOWN = (4, 3)
+"""The newest PySpark known to keep a scan's pushed read on the data source every scan of the view or
+DataFrame shares (4.1 to 4.3: SPARK-FACTS.md): a narrowed read there answers other queries too."""
 
 
-def scoped_pushdown() -> bool:
-    """Whether a pushed filter may narrow a read: only where a task can tell its query from a later
-    one that Spark gives the same pushed read (PySpark 4.1 gives it and cannot tell)."""
-    return PUSHDOWN and VERSION >= SCOPED_PUSHDOWN_VERSION
-
-
-QUERY_ID_PROPERTY = "spark.sql.execution.query.id"
-"""A task's local property: the UUIDv7 of the SQL execution it serves (PySpark 4.2+)."""
-
-
-def execution_query_id() -> str | None:
-    """The query id of the SQL execution the running task serves (None outside a task, or before 4.2)."""
-    from pyspark import TaskContext
-
-    context = TaskContext.get()
-    return context.getLocalProperty(QUERY_ID_PROPERTY) if context is not None else None
-
+def scoped_pushdown(reader_class: type = DataSourceReader, version: tuple[int, int] | None = None) -> bool:
+    """Whether a pushed filter may narrow a read: only on a PySpark that keeps the pushed read on its own
+    scan. Spark's master does (``PythonScanBuilder`` holds the read), in the change that brought limit
+    pushdown, whose Python API is ``DataSourceReader.pushLimit``; no release up to 4.3 has it. So: a
+    PySpark newer than :data:`LAST_SHARED_PUSHDOWN` whose reader API has ``pushLimit`` (docs/architecture.md,
+    issue #46). Everywhere else Spark filters every row and the read is the whole read."""
+    version = VERSION if version is None else version
+    return (hasattr(reader_class, "pushFilters") and version > LAST_SHARED_PUSHDOWN
+            and hasattr(reader_class, "pushLimit"))

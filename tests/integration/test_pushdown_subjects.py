@@ -15,7 +15,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.datasource import EqualTo, In
 
 from pyspark_jetstream.source.plan.subject_split import MAX_FILTERS
-from pyspark_jetstream.spark_api import PUSHDOWN, PUSHDOWN_CONF, scoped_pushdown
+from pyspark_jetstream.spark_api import PUSHDOWN, PUSHDOWN_CONF
 
 from ..helpers import publish, wait_until
 
@@ -42,18 +42,16 @@ def _rows(df) -> list[tuple]:
 
 def _narrowed_to(url: str, stream: str, pushed) -> tuple[str, ...] | None:
     """The consumer filter subjects a pushed filter (PySpark's own filter class) narrows a read of
-    ``stream`` to (None: not narrowed), as the pushdown reader plans it against the server. Spark
-    filters every row either way (every filter is returned to it: test_pushdown_scope.py), so what
-    the server is asked is the evidence that the filter was pushed."""
-    import uuid
-
+    ``stream`` to (None: not narrowed), as the narrowing reader plans it against the server. That
+    reader is Spark's only on a PySpark that keeps a pushed read to its scan (none up to 4.3:
+    ``spark_api.scoped_pushdown``), so it is driven here in-process, as Spark's planner would."""
     from pyspark_jetstream.options import parse_source_options
     from pyspark_jetstream.source.pushdown_reader import JetStreamPushdownReader
 
-    reader = JetStreamPushdownReader(parse_source_options({"servers": url, "stream": stream}, streaming=False),
-                                     uuid.uuid4().hex)
+    reader = JetStreamPushdownReader(parse_source_options({"servers": url, "stream": stream}, streaming=False))
+    before = reader.opts
     reader.pushFilters([pushed])
-    return reader._narrowing.opts.subjects if reader._narrowing is not None else None
+    return reader.opts.subjects if reader.opts is not before else None
 
 
 def _same(spark, url: str, where, expected: int, **options: str) -> list[tuple]:
@@ -114,7 +112,7 @@ def test_subjects_with_unicode_blanks_are_pushed(conf_restored, nats_server, nat
     publish(nats_client, f"{u}.plain", 3)
     subject = F.col("subject")
     _same(spark, url, subject == tokyo, 10, stream=stream_name)
-    if scoped_pushdown():  # applied by the server, not left to Spark alone
+    if PUSHDOWN:  # what the narrowing reader asks the server for
         assert _narrowed_to(url, stream_name, EqualTo(("subject",), tokyo)) == (tokyo,)
     _same(spark, url, subject.isin(nbsp, f"{u}.plain"), 7, stream=stream_name)
     # FF: the server stores it but takes no filter naming it (left to Spark; unit-tested: no message is
@@ -135,7 +133,7 @@ def test_long_in_lists_stay_within_a_consumers_filters(conf_restored, nats_serve
     beyond = F.col("subject").isin(*names)
     _same(spark, url, within, 30, stream=stream_name)
     _same(spark, url, beyond, 30, stream=stream_name)
-    if scoped_pushdown():
+    if PUSHDOWN:
         within_read = _narrowed_to(url, stream_name, In(("subject",), tuple(names[:MAX_FILTERS])))
         assert sorted(within_read) == sorted(names[:MAX_FILTERS])
         assert _narrowed_to(url, stream_name, In(("subject",), tuple(names))) is None

@@ -39,11 +39,37 @@ def test_a_planner_started_as_python_dash_m_gets_the_pushdown_reader():
     assert _called_from("__main__") is False
 
 
-def test_a_pushed_filter_narrows_only_where_tasks_can_tell_their_query(monkeypatch):
-    """PySpark 4.1 gives tasks no execution start (no UUIDv7 query id): no narrowing there."""
-    monkeypatch.setattr(spark_api, "PUSHDOWN", True)
-    for version, scoped in (((4, 1), False), ((4, 2), True), ((4, 3), True)):
-        monkeypatch.setattr(spark_api, "VERSION", version)
-        assert spark_api.scoped_pushdown() is scoped, version
-    monkeypatch.setattr(spark_api, "PUSHDOWN", False)
-    assert spark_api.scoped_pushdown() is False
+def test_no_released_pyspark_narrows_a_read_by_a_pushed_filter():
+    """PySpark 4.1 to 4.3 share a pushed read between every scan of a view (issue #46): only a newer
+    PySpark whose reader API has ``pushLimit`` (the change that keeps the pushed read on its scan) does."""
+
+    class Released:  # 4.1 to 4.3: pushFilters, no pushLimit
+        def pushFilters(self, filters):
+            return filters
+
+    class Scoped(Released):
+        def pushLimit(self, limit):
+            return False
+
+    assert spark_api.scoped_pushdown() is False  # the installed PySpark
+    for version in ((4, 0), (4, 1), (4, 2), (4, 3)):
+        assert spark_api.scoped_pushdown(Released, version) is False, version
+        assert spark_api.scoped_pushdown(Scoped, version) is False, version
+    assert spark_api.scoped_pushdown(Released, (4, 4)) is False
+    assert spark_api.scoped_pushdown(Scoped, (4, 4)) is True
+    assert spark_api.scoped_pushdown(object, (5, 0)) is False
+
+
+def test_the_plain_reader_hands_every_filter_back():
+    """With the conf on, Spark's pushdown planner gets the plain reader on 4.1 to 4.3: its pushFilters
+    (the base class's) returns every filter, so Spark pushes none and the read is the whole read."""
+    import pytest
+
+    if not spark_api.PUSHDOWN:
+        pytest.skip("this PySpark has no filter pushdown (4.0): there is nothing to hand back")
+    from pyspark.sql.datasource import EqualTo
+
+    from pyspark_jetstream.source.spark_readers import JetStreamBatchReader
+
+    filters = [EqualTo(("subject",), "a.b")]
+    assert list(JetStreamBatchReader.pushFilters(object.__new__(JetStreamBatchReader), filters)) == filters

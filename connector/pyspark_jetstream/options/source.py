@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from ..errors import OptionError
+from ..protocol.kv import is_valid_key_filter
 from ..protocol.pull_engine import ConsumeConfig, InvalidConsumeConfig
 from .connection import CONNECTION_OPTIONS, ConnectionOptions, api_prefix, connection_from
 from .spec import (
@@ -88,6 +89,14 @@ SOURCE_OPTIONS: tuple[OptionSpec, ...] = (
     OptionSpec("bucket", None, "Expected a KV bucket name (letters, digits, '-' and '_').",
                "Read a KV bucket's change log (stream `KV_<bucket>`); adds the columns `key` and `operation`.",
                parse_name),
+    OptionSpec("keys", None, "Expected comma-separated keys of the bucket, the KV wildcards '*' and '>' allowed, such "
+               "as 'user42,device.*'.",
+               "With `bucket`: read only these keys (a key, or a filter with `*` and `>` as nats-py's `keys()` and "
+               "`watch` take it). The latest view of literal keys reads them by batched direct gets, the change "
+               "log through a consumer filtered to them: a lookup costs what its keys hold, not what the bucket "
+               "holds. A read's own option, so it narrows that read only (SQL: a view or `WITH (...)` per "
+               "lookup, see [SQL and Spark Connect](sql-and-connect.md#fast-lookups)).",
+               str),
     OptionSpec("startingOffsets", None, "Expected 'earliest', 'latest', 'lastPerSubject' or a stream sequence >= 1 "
                "(inclusive).",
                "Where a new query starts: `earliest`, `latest`, an inclusive stream sequence, or `lastPerSubject`: "
@@ -195,6 +204,14 @@ class SourceOptions:
     split_given: bool = False  # the option 'split' was given (else a checkpoint's recorded split is kept)
     include_headers: bool = True
     columns: tuple[str, ...] | None = None  # the read's columns, in order (None: every column of the schema)
+    keys: tuple[str, ...] | None = None  # option 'keys': the bucket's keys (or key filters) read; ``subjects`` holds them
+
+    @property
+    def literal_keys(self) -> tuple[str, ...] | None:
+        """The subjects of option ``keys`` when none is a wildcard (a latest view reads them by direct get)."""
+        if self.keys is None or any(t in ("*", ">") for k in self.keys for t in k.split(".")):
+            return None
+        return self.subjects
 
     @property
     def filter_subjects(self) -> tuple[str, ...]:
@@ -234,6 +251,26 @@ def _check_read_bounds(raw: Mapping[str, str], values: dict[str, Any], given: se
                           "be at or after the start.")
 
 
+def _keys(raw: Mapping[str, str], values: dict[str, Any]) -> tuple[str, ...] | None:
+    """Option ``keys``: a bucket's keys or key filters, each checked, in the order given, repeats dropped."""
+    text = values["keys"]
+    if text is None:
+        return None
+    if values["bucket"] is None:
+        raise OptionError("keys", text, "It applies to KV buckets: set 'bucket' (for a stream, the option 'subjects' "
+                          "reads only the subjects it names).")
+    if values["subjects"] is not None:
+        raise OptionError("keys", text, "Set either 'keys' or 'subjects', not both: a bucket's keys are its "
+                          f"subjects '$KV.{values['bucket']}.<key>'.")
+    keys = tuple(dict.fromkeys(k.strip() for k in text.split(",")))
+    for key in keys:
+        if not is_valid_key_filter(key):
+            raise OptionError("keys", text, f"'{key}' is not a valid key of a bucket: a key is letters, digits and "
+                              "'-', '/', '_', '=', in tokens separated by '.' (no empty token, no blank); a token "
+                              "may be '*' (any one token) or, last, '>' (the rest).")
+    return keys
+
+
 def parse_source_options(raw: Mapping[str, str], *, streaming: bool | None,
                          elsewhere: Sequence[OptionSpec] = ()) -> SourceOptions:
     """The read's options; ``streaming=None`` when Spark has not said yet whether the read is a
@@ -248,6 +285,7 @@ def parse_source_options(raw: Mapping[str, str], *, streaming: bool | None,
         raise OptionError("stream", None, "Name the stream to read in option 'stream' (or a KV bucket in 'bucket')."
                           + ("" if user_keys(raw) else " " + CATALOG_TABLE_HINT))
     stream = values["stream"] or f"KV_{values['bucket']}"
+    keys = _keys(raw, values)
     if values["startingOffsets"] is not None and values["startingTimestamp"] is not None:
         raise OptionError("startingTimestamp", raw_value(raw, "startingTimestamp"),
                           "Set either 'startingOffsets' or 'startingTimestamp', not both.")
@@ -299,8 +337,9 @@ def parse_source_options(raw: Mapping[str, str], *, streaming: bool | None,
         raise OptionError(exc.option, raw.get(exc.option, values.get(exc.option)), f"Expected {exc}.") from None
     return SourceOptions(
         connection=connection, stream=stream, starting=starting, consume=consume, api_prefix=api_prefix(values),
-        ending_seq=values["endingOffsets"], max_wait=values["consume.maxWait"],
+        ending_seq=values["endingOffsets"], max_wait=values["consume.maxWait"], keys=keys,
         num_partitions=values["numPartitions"] or int(_default_partitions()), split_given="split" in given,
-        **as_fields(values, "subjects", "bucket", "endingTimestamp", "maxMessagesPerTrigger", "minMessagesPerTrigger",
+        subjects=values["subjects"] if keys is None else tuple(f"$KV.{values['bucket']}.{k}" for k in keys),
+        **as_fields(values, "bucket", "endingTimestamp", "maxMessagesPerTrigger", "minMessagesPerTrigger",
                     "maxTriggerDelay", "split", "failOnDataLoss", "bookmarkConsumer", "includeMarkers", "batchSize",
                     "includeHeaders"))

@@ -120,6 +120,18 @@ def is_valid_key(key: str) -> bool:
     return bool(key) and key[0] != "." and key[-1] != "." and _KEY_RE.fullmatch(key) is not None
 
 
+_KEY_TOKEN_RE = re.compile(r"[-/_=a-zA-Z0-9]+")
+
+
+def is_valid_key_filter(key: str) -> bool:
+    """A key, or a key filter as nats-py's ``keys(filters=...)`` and ``watch`` take it: tokens split at
+    ``.``, each a key's characters, or ``*`` (one token), or ``>`` (the rest, last token only)."""
+    tokens = key.split(".")
+    return bool(key) and all(
+        t == "*" or (t == ">" and i == len(tokens) - 1) or _KEY_TOKEN_RE.fullmatch(t) is not None
+        for i, t in enumerate(tokens))
+
+
 def stream_name(bucket: str) -> str:
     return f"KV_{bucket}"
 

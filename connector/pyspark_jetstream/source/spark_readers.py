@@ -42,10 +42,11 @@ from .plan.offsets import (
     restart_seq,
     waits_for_more,
 )
-from .plan.partitions import JetStreamPartition, check_recreated, plan_partitions
+from .plan.partitions import JetStreamPartition, check_recreated, plan_key_partitions, plan_partitions
 from .plan.stream_facts import (
     check_filters,
     ending_seq,
+    few_filtered,
     require_server,
     split_depth,
     starting_seq,
@@ -106,10 +107,16 @@ class JetStreamBatchReader(DataSourceReader):
 
     def _plan(self) -> list[JetStreamPartition]:
         opts = self.opts
+        keys = opts.literal_keys
+        if self.snapshot and keys is not None and self.bounds.allow_direct:
+            # The latest view of literal keys (option 'keys'): batched direct gets, whatever the bucket holds.
+            return plan_key_partitions(opts, keys, self.start, self.bounds, self.end)
         by_subject = opts.split == "subject" or self.snapshot
         depth = split_depth(opts, self.bounds, opts.num_partitions) if by_subject else False
+        few = not by_subject and opts.num_partitions > 1 and few_filtered(opts, opts.batch_size)
         return plan_partitions(opts, self.start, self.end, self.bounds, depth=depth, snapshot=self.snapshot,
-                                from_earliest=opts.starting.kind in ("earliest", "last_per_subject"))
+                                from_earliest=opts.starting.kind in ("earliest", "last_per_subject"),
+                                ranges=1 if few else None)
 
     def partitions(self) -> list[JetStreamPartition]:
         if self._partitions is None:

@@ -2,7 +2,6 @@
 
 Offsets, read limits and loss (:mod:`.offsets`), the stream's facts asked of the server
 (:mod:`.stream_facts`), the partitions a read is cut into (:mod:`.partitions`), a split by subject
-(:mod:`.subject_split`), and filter pushdown: what Spark's filters ask of the read
-(:mod:`.filter_pushdown`) and the rules that keep a pushed filter to its own query
-(:mod:`.pushdown_scope`, :mod:`.pushdown_registry`). Nothing here reads a message.
+(:mod:`.subject_split`), and what Spark's pushed filters ask of the read (:mod:`.filter_pushdown`, used
+only on a PySpark that keeps a pushed read to its own scan). Nothing here reads a message.
 """

@@ -45,7 +45,7 @@ class JetStreamPartition(InputPartition):
     split: tuple[int | None, int] | None = None
     from_earliest: bool = False  # the start is "whatever the stream holds": nothing below it is lost
     count: int = 1  # how many partitions the read has (the sink's order check: task_notes)
-    keys: tuple[str, ...] | None = None  # a snapshot of these literal subjects, read by direct get (pushdown)
+    keys: tuple[str, ...] | None = None  # a snapshot of these literal subjects, read by direct get (option 'keys')
     up_to: int | None = None  # with ``keys``: the sequence every chunk reads the keys at (the planned end)
 
 
@@ -72,7 +72,8 @@ def check_loss(opts: SourceOptions, start: int, end: int, bounds: StreamBounds) 
 
 def plan_partitions(opts: SourceOptions, start: int, end: int | None, bounds: StreamBounds,
                      num_partitions: int | None = None, *, depth: int | None | bool = False,
-                     snapshot: bool = False, from_earliest: bool = False) -> list[JetStreamPartition]:
+                     snapshot: bool = False, from_earliest: bool = False,
+                     ranges: int | None = None) -> list[JetStreamPartition]:
     """The partitions of ``(start, end]`` (``end=None``: up to the stream's end when each task runs).
 
     ``depth=False``: contiguous sequence ranges (with ``end=None``, the last one open); otherwise split
@@ -87,14 +88,14 @@ def plan_partitions(opts: SourceOptions, start: int, end: int | None, bounds: St
     if depth is False:
         # ``open_end``: the ranges split what the stream holds now, and the last one reads on to the
         # stream's last sequence when its task runs (every run of a batch read sees current data).
-        ranges = split_range(start, max(end if end is not None else bounds.last_seq, start), parts)
-        if not ranges:  # nothing yet: one open range, for the runs to come
-            ranges = [SeqRange(0, start + 1, start)]
+        cut = split_range(start, max(end if end is not None else bounds.last_seq, start), min(ranges or parts, parts))
+        if not cut:  # nothing yet: one open range, for the runs to come
+            cut = [SeqRange(0, start + 1, start)]
         # Only the first range starts where the stream does ("earliest"); the others start at a planned sequence.
         planned = [JetStreamPartition(opts.stream, r.index, r.first,
-                                      None if end is None and r is ranges[-1] else r.last, bounds.created,
+                                      None if end is None and r is cut[-1] else r.last, bounds.created,
                                       bounds.max_age, from_earliest=from_earliest and r.index == 0, count=parts)
-                   for r in ranges]
+                   for r in cut]
         # As many partitions as the read is split into, whatever the data: a write fed straight from the read
         # then sees the same split at one message as at a million (the order guard, sink/order/decide.py, is a
         # property of the query, not of how much a batch holds). The ranges past the data are empty.
@@ -105,3 +106,24 @@ def plan_partitions(opts: SourceOptions, start: int, end: int | None, bounds: St
         parts = 1  # one group: one partition, whatever the count
     return [JetStreamPartition(opts.stream, i, start + 1, end, bounds.created, bounds.max_age, snapshot,
                                (depth, parts), from_earliest, parts) for i in range(parts)]
+
+
+KEYS_PER_REQUEST = 1024
+"""Keys a partition asks for in one batched direct get (``protocol.direct_get.MULTI_LAST_MAX``)."""
+
+
+def plan_key_partitions(opts: SourceOptions, subjects: tuple[str, ...], start: int, bounds: StreamBounds,
+                        end: int | None = None) -> list[JetStreamPartition]:
+    """The latest view of literal ``subjects`` (a bucket's keys), read by batched direct gets: as many
+    partitions as the keys fill requests of :data:`KEYS_PER_REQUEST`, at most the read's count.
+
+    Without an ``end`` (a latest view takes none), each task reads its keys as they are when it runs:
+    Spark plans a view's or DataFrame's partitions once and runs them for every later query, so a
+    sequence fixed here would answer every later lookup with the value of the moment the view was
+    made. (A task reading several requests' worth asks them all at one sequence: ``read_keys``.)"""
+    chunks_wanted = max(1, min(opts.num_partitions, -(-len(subjects) // KEYS_PER_REQUEST)))
+    per = -(-len(subjects) // chunks_wanted)
+    chunks = [subjects[i:i + per] for i in range(0, len(subjects), per)]
+    return [JetStreamPartition(opts.stream, i, start + 1, None, bounds.created, bounds.max_age, True, None, True,
+                               len(chunks), keys=chunk, up_to=end)
+            for i, chunk in enumerate(chunks)]

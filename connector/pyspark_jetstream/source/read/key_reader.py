@@ -1,6 +1,6 @@
-"""A bucket's latest view of a few keys, by batched direct get (filter pushdown of ``key = ...`` and
-``key IN (...)``): the last message of each key, deleted and purged keys left out as the latest
-view leaves them out (:class:`~..columns.rows.BatchBuilder` with ``drop_removed_keys``)."""
+"""A bucket's latest view of a few keys, by batched direct get (option ``keys``): the last message of
+each key, deleted and purged keys left out as the latest view leaves them out
+(:class:`~..columns.rows.BatchBuilder` with ``drop_removed_keys``)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from typing import Any
 
 from ...client import runtime
 from ...client.direct_get import last_of_subjects
-from ...client.jsapi import is_transient, retry_delays
+from ...client.jsapi import is_transient, retry_delays, stream_info
 from ...errors import PartitionReadError
 from ...options import SourceOptions
 from ...protocol.direct_get import MULTI_LAST_MAX, DirectMessage
@@ -37,10 +37,20 @@ async def _fetch(opts: SourceOptions, stream: str, subjects: list[str], up_to: i
             await asyncio.sleep(delay)
 
 
+async def _last_seq(opts: SourceOptions, stream: str) -> int | None:
+    nc = await runtime.connection(opts.connection)
+    info = await stream_info(nc, stream, opts.api_prefix, timeout=min(opts.max_wait, 30.0))
+    return None if info is None else int(info["state"]["last_seq"])
+
+
 def read_keys(opts: SourceOptions, stream: str, subjects: tuple[str, ...], max_age: float,
               up_to: int | None = None) -> Iterator[Any]:
     """Arrow batches of the last message of each of ``subjects`` that is a live key, at sequence
-    ``up_to`` (the read's planned end: every chunk of every partition reads the same point in time)."""
+    ``up_to`` (a read's explicit end), or as the keys are now: a task with more keys than one request
+    takes asks every request at the stream's last sequence when it starts, so that they all read the
+    same point in time."""
+    if up_to is None and len(subjects) > MULTI_LAST_MAX:
+        up_to = runtime.run(_last_seq(opts, stream), timeout=opts.max_wait + 60) or None
     builder = BatchBuilder(stream, include_markers=opts.include_markers, kv_bucket=opts.bucket, max_age=max_age,
                            drop_removed_keys=True, columns=opts.columns)
     for i in range(0, len(subjects), MULTI_LAST_MAX):
