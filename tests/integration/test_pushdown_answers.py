@@ -27,10 +27,9 @@ KEYS = 2000
 _views = iter(range(1, 1_000_000))
 
 
-@pytest.fixture(scope="module")
-def data(nats_client, nats_server):
+def fill_answers(nats_client, stream: str = "ANSWERS") -> tuple[str, str]:
     """A stream of 1,000 messages over 10 subjects and a bucket of 2,000 keys, both with direct gets."""
-    stream, bucket = "ANSWERS", "ANSWERS_KV"
+    bucket = f"{stream}_KV"
     nats_client.add_stream(stream, ["ans.>"], allow_direct=True)
 
     async def fill() -> None:
@@ -41,6 +40,12 @@ def data(nats_client, nats_server):
             await kv.put(f"user{i}", f"v{i}".encode())
 
     nats_client.run(fill(), timeout=300)
+    return stream, bucket
+
+
+@pytest.fixture(scope="module")
+def data(nats_client, nats_server):
+    stream, bucket = fill_answers(nats_client)
     return {"url": nats_server.url, "stream": stream, "bucket": bucket}
 
 

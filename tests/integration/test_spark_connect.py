@@ -30,3 +30,27 @@ def test_batch_and_streaming_round_trips_through_a_spark_connect_session(nats_se
     # What the Connect session wrote reads the same through nats-py's own JetStream API.
     stored = [nats_client.run(nats_client.js.get_msg(f"{stream_name}_OUT", seq)) for seq in range(1, 6)]
     assert [(m.subject, m.data.decode()) for m in stored] == [(s, d) for _, s, d in result["streamed"]]
+
+
+ANSWERS_JOB = Path(__file__).parent / "jobs" / "connect_answers_job.py"
+
+
+@pytest.mark.slow  # about 6 minutes: run by .ci/compat's ps43 cell
+def test_every_pattern_answers_the_same_with_pushdown_on_and_off_through_spark_connect(tmp_path):
+    """Issue #46's patterns and lookup forms from a Connect client: same answers, none refused."""
+    from pyspark_jetstream.tools.server import EmbeddedNatsServer
+
+    from ..helpers import SyncNats
+    from .test_pushdown_answers import fill_answers
+
+    with EmbeddedNatsServer() as server:  # its own: the patterns' stream takes subjects another test may use
+        client = SyncNats(server.url)
+        try:
+            stream, bucket = fill_answers(client)
+            out = run_script(sys.executable, ANSWERS_JOB, server.url, stream, bucket, str(tmp_path), timeout=1200)
+        finally:
+            client.close()
+    result = json.loads(out.strip().splitlines()[-1])
+    assert result["errors"] == {} and result["differed"] == {}, result
+    assert result["patterns"] == 20
+    assert result["view"] == ["user42", "user43"] and result["table"] == ["user7"]
