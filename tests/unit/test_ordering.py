@@ -17,7 +17,7 @@ from pyspark_jetstream.sink.order import spill_dirs
 from pyspark_jetstream.sink.order.decide import PUBLISH, SORT, decide
 from pyspark_jetstream.sink.order.sorted_rows import SortedRows
 from pyspark_jetstream.sink.order.subject_sample import SubjectSample, shared_subjects
-from pyspark_jetstream.task_notes import ReadNote, leave, take
+from pyspark_jetstream.task_notes import ReadNote
 
 
 def _note(split="sequence", partitions=4, index=0, stream="S"):
@@ -120,22 +120,6 @@ def test_samples_show_subjects_written_by_two_tasks():
     for k in range(0, 1000, 100):
         step = step.merged(everything.slice(k, 100))
     assert step == spread[0]
-
-
-def test_notes_are_taken_by_their_own_task_once(tmp_path):
-    leave(_note(index=2), key="7", directory=tmp_path)
-    leave(_note(index=3, stream="B"), key="7", directory=tmp_path)
-    leave(_note(index=1), key="8", directory=tmp_path)
-    assert sorted(take(key="7", directory=tmp_path), key=lambda n: n.index) == [_note(index=2),
-                                                                                 _note(index=3, stream="B")]
-    assert take(key="7", directory=tmp_path) == []
-    assert take(key="8", directory=tmp_path) == [_note(index=1)]
-    assert take(key="9", directory=tmp_path / "missing") == []
-
-
-def test_no_task_no_note(tmp_path):
-    leave(_note(), directory=tmp_path)  # outside a Spark task: nothing to tie the note to
-    assert list(tmp_path.iterdir()) == []
 
 
 def test_a_checkpoint_split_by_subject_is_kept_until_the_user_chooses():
