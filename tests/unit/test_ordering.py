@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import os
 import random
+import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import pyarrow as pa
 import pytest
 
-from pyspark_jetstream.errors import OrderError
+from pyspark_jetstream.errors import LocalDirectoryError, OrderError
 from pyspark_jetstream.sink.order import spill_dirs
 from pyspark_jetstream.sink.order.decide import PUBLISH, SORT, decide
 from pyspark_jetstream.sink.order.sorted_rows import SortedRows
@@ -151,7 +153,7 @@ def test_the_spill_goes_under_the_first_usable_spark_local_dir(tmp_path, monkeyp
         rows.hold(_batch(list(range(k * 10, k * 10 + 10))))
     assert rows.runs and all(Path(run).parent.parent == local for run in rows.runs)
     (folder,) = _spill_folders(local)
-    assert folder.name.startswith(f"{spill_dirs.PREFIX}{os.getpid()}-none-")  # pid, task attempt (none here)
+    assert folder.name.startswith(f"{spill_dirs.PREFIX}none-")  # the task attempt (none here), no pid
     assert _drain(rows).num_rows == 50
     assert not _spill_folders(local)  # removed after success
     monkeypatch.setenv("SPARK_LOCAL_DIRS", "")
@@ -172,23 +174,82 @@ def test_the_spill_is_removed_when_the_consumer_fails_midway(tmp_path):
     assert not _spill_folders(tmp_path)
 
 
-def test_a_folder_left_by_a_dead_process_is_swept_and_a_live_ones_kept(tmp_path):
+HOLDER = """
+import fcntl, os, sys, time
+fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT)
+fcntl.flock(fd, fcntl.LOCK_EX)
+print("claimed", flush=True)
+sys.stdin.read()  # until the test closes it
+"""
+
+
+def _claimed_by_another_process(lock: Path) -> subprocess.Popen:
+    """A process that holds ``lock`` as a live task holds its folder's (its pid is irrelevant: it could be in
+    another PID namespace); the test ends it by closing its stdin."""
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(lock)], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True)
+    assert holder.stdout.readline().strip() == "claimed"  # waits for the lock, however long the start takes
+    return holder
+
+
+def test_the_sweep_goes_by_the_folders_lock_never_by_a_pid(tmp_path):
+    """Issue #47: containers sharing a spill root do not share PID namespaces. A live task's folder is kept
+    whatever pid its name holds (here one that is not running in this namespace), and a dead task's folder
+    is swept though its name holds a running pid."""
     done = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
     dead = int(done.stdout)
-    left = tmp_path / f"{spill_dirs.PREFIX}{dead}-17-abc"
-    left.mkdir()
-    (left / "run-0.arrow").write_bytes(b"x" * 100)
-    alive = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    live = tmp_path / f"{spill_dirs.PREFIX}{dead}-17-abc"  # named as the old rule would, from another namespace
+    live.mkdir()
+    (live / "run-0.arrow").write_bytes(b"x" * 100)
+    holder = _claimed_by_another_process(live / spill_dirs.LOCK)
     try:
-        kept = tmp_path / f"{spill_dirs.PREFIX}{alive.pid}-18-def"
-        kept.mkdir()
+        left = tmp_path / f"{spill_dirs.PREFIX}{os.getpid()}-18-def"  # a running pid; its task is gone
+        left.mkdir()
+        (left / spill_dirs.LOCK).write_bytes(b"")
         other = tmp_path / "blockmgr-00"
         other.mkdir()
         SortedRows("seq", 100, str(tmp_path))  # a task's sort starts: it sweeps
-        assert not left.exists() and kept.exists() and other.exists()
+        assert live.exists() and (live / "run-0.arrow").exists()
+        assert not left.exists() and other.exists()
     finally:
-        alive.kill()
-        alive.wait()
+        holder.stdin.close()
+        holder.wait(30)
+    assert spill_dirs.sweep(str(tmp_path)) == [live.name]  # its task ended without removing it: swept now
+
+
+def test_a_folder_being_claimed_is_kept_and_one_whose_task_died_unclaimed_goes_later(tmp_path):
+    young = tmp_path / f"{spill_dirs.PREFIX}1-a"  # made, its lock file a moment away
+    young.mkdir()
+    old = tmp_path / f"{spill_dirs.PREFIX}2-b"
+    old.mkdir()
+    long_ago = time.time() - spill_dirs.CLAIM_GRACE - 5
+    os.utime(old, (long_ago, long_ago))
+    assert spill_dirs.sweep(str(tmp_path)) == [old.name]
+    assert young.exists()
+
+
+def test_a_spill_folder_removed_under_its_task_stops_the_write_naming_it(tmp_path):
+    """A guard that cannot keep its rows refuses (issue #47): runs lost under a task are never merged without them."""
+    rows = SortedRows("seq", 100, str(tmp_path))
+    for k in range(3):
+        rows.hold(_batch(list(range(k * 10, k * 10 + 10))))
+    assert rows.runs
+    folder = rows.folder.path
+    shutil.rmtree(folder)  # someone else's cleanup
+    with pytest.raises(LocalDirectoryError, match="spill folder") as stopped:
+        for k in range(3, 5):
+            rows.hold(_batch(list(range(k * 10, k * 10 + 10))))
+    assert folder in str(stopped.value) and "order.maxBufferBytes" in str(stopped.value)
+    rows.close()
+    reading = SortedRows("seq", 100, str(tmp_path))
+    for k in range(3):
+        reading.hold(_batch(list(range(k * 10, k * 10 + 10))))
+    for run in reading.runs:
+        os.remove(run)
+    with pytest.raises(LocalDirectoryError):
+        _drain(reading)
+    reading.close()
+    assert not _spill_folders(tmp_path)
 
 
 PEAK = """
