@@ -14,6 +14,8 @@ Callers and tests check types and attributes, never message substrings::
     +-- DataLossError           planned sequences were removed before being read
     |   +-- StreamRecreatedError    the stream was deleted and created again
     +-- PartitionReadError      a partition could not be read to its end
+    +-- LocalDirectoryError     a folder the connector keeps on an executor (task notes, the sort's
+    |                           spill) cannot be written or read: a guard that cannot decide refuses
     +-- OrderError              a write would store a subject's messages out of source order
 
 Every message names what was wrong and what to do about it, and never contains
@@ -151,6 +153,18 @@ class StreamRecreatedError(DataLossError):
 
 class PartitionReadError(JetStreamConnectorError):
     """A partition could not be read to its end (server errors, no progress within consume.maxWait)."""
+
+
+class LocalDirectoryError(JetStreamConnectorError):
+    """A folder the connector keeps under an executor's Spark local directory (a read's note to the write
+    of its task, the sort's spill) cannot be written, read or found. ``path`` is the folder or file.
+
+    The guards that use them refuse rather than guess (issue #47): without its note, the sink's order guard
+    could not tell a copy straight from a split read from a shuffled one."""
+
+    def __init__(self, message: str, path: object = None) -> None:
+        self.path = path
+        super().__init__(message)
 
 
 class OrderError(JetStreamConnectorError):

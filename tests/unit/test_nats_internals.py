@@ -80,6 +80,22 @@ def test_no_other_module_touches_a_private_nats_py_attribute():
     assert offenders == []
 
 
+NATS_PRIVATE_MODULES = re.compile(r"\bnats\.(protocol|aio)\b|from nats import (protocol|aio)\b")
+
+
+def test_no_other_module_imports_nats_pys_private_modules():
+    """nats-py's parser and client modules (its wire protocol, its Client's internals) belong to
+    client/nats_internals.py alone (issue #47): a nats-py upgrade is then checked in one place."""
+    offenders = []
+    for path in PACKAGE.rglob("*.py"):
+        if path.name == "nats_internals.py":
+            continue
+        for number, line in enumerate(path.read_text().splitlines(), 1):
+            if NATS_PRIVATE_MODULES.search(line):
+                offenders.append(f"{path.relative_to(PACKAGE)}:{number}: {line.strip()}")
+    assert offenders == []
+
+
 def test_the_parser_the_fast_frame_path_sits_in_front_of():
     import nats.protocol.parser as wire
 
@@ -117,7 +133,6 @@ def test_the_delivery_regexes_swapped_in_keep_nats_pys_groups():
         MSG_RE,
         NATS_PY_HMSG_RE,
         NATS_PY_MSG_RE,
-        receive_every_subject,
     )
 
     lines = [b"MSG a.b 1 12\r\n", b"MSG a.b 1 _INBOX.x 12\r\n", b"MSG\ta  1\t r  5\r\n", b"MSG a 1\r\n",
@@ -132,5 +147,107 @@ def test_the_delivery_regexes_swapped_in_keep_nats_pys_groups():
         assert theirs is None or theirs.group(1) == b"a", line
     assert MSG_RE.match(b"MSG a\x0bb 1 r\x0c 3\r\n").groups() == (b"a\x0bb", b"1", b"r\x0c ", b"r\x0c", b"3")
     assert HMSG_RE.match(b"HMSG a\x0cb 1 2 3\r\n").group(1) == b"a\x0cb"
-    receive_every_subject()
-    assert nats.protocol.parser.MSG_RE is MSG_RE and nats.protocol.parser.HMSG_RE is HMSG_RE  # what nats-py's parser looks up at each line
+
+
+# The swap checks itself (issue #47): the pin allows nats-py releases no test saw.
+
+class _Client:
+    """What nats-py's parser hands its client, in order."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple] = []
+
+    async def _process_msg(self, sid, subject, reply, data, headers):
+        self.calls.append((sid, bytes(subject), bytes(reply), bytes(data), headers))
+
+    async def _process_ping(self):
+        self.calls.append(("ping",))
+
+
+def _parse(data: bytes, chunk: int = 32 * 1024) -> list[tuple] | str:
+    """nats-py's own Parser, as the process has it now, fed ``data`` in socket-sized pieces."""
+    client = _Client()
+    parser = nats.protocol.parser.Parser(client)
+
+    async def feed():
+        for k in range(0, len(data), chunk):
+            await parser.parse(data[k:k + chunk])
+
+    try:
+        asyncio.run(feed())
+    except Exception as exc:
+        return f"{type(exc).__name__}: {exc}"
+    return client.calls
+
+
+def _frames() -> bytes:
+    headers = b"NATS/1.0\r\nA: b\r\nA: c\r\n\r\n"
+    big = bytes(range(256)) * 1200  # 300 KB
+    return b"".join([b"MSG o.a 1 5\r\nhello\r\n", b"MSG o.a 2 _INBOX.r 5\r\nhello\r\n",
+                     b"HMSG o.b 3 $JS.ACK.S.C.1.2.3.4.5 %d %d\r\n%shello\r\n" % (len(headers), len(headers) + 5,
+                                                                                  headers),
+                     b"MSG o.big 4 %d\r\n%s\r\n" % (len(big), big),
+                     b"HMSG o.big 5 r %d %d\r\n%s%s\r\n" % (len(headers), len(headers) + len(big), headers, big),
+                     b"PING\r\n"])
+
+
+def test_the_swap_parses_real_frames_as_nats_py_does_and_takes_effect():
+    """Against the installed nats-py: its own Parser, regexes swapped, gives what it gave before on frames with
+    and without headers and 300 KB payloads, and a subject with a vertical tab now comes through whole."""
+    wire = nats.protocol.parser
+    swapped = (wire.MSG_RE, wire.HMSG_RE)
+    wire.MSG_RE, wire.HMSG_RE = nats_internals.NATS_PY_MSG_RE, nats_internals.NATS_PY_HMSG_RE
+    try:
+        before = _parse(_frames())
+        assert isinstance(before, list) and len(before) == 6 and before[3][3][:3] == bytes(range(3))
+        assert _parse(b"MSG o.a\x0bb 9 5\r\nhello\r\n").startswith("ProtocolError")  # why it is swapped
+    finally:
+        wire.MSG_RE, wire.HMSG_RE = swapped
+    assert nats_internals.swap_problem(wire, (nats_internals.NATS_PY_MSG_RE, nats_internals.NATS_PY_HMSG_RE)) is None
+    assert nats_internals.receive_every_subject() is True
+    assert _parse(_frames()) == before
+    assert _parse(b"MSG o.a\x0bb 9 5\r\nhello\r\n") == [(9, b"o.a\x0bb", b"", b"hello", None)]
+
+
+def _stand_in(name: str, *edits: tuple[str, str]):
+    """nats-py's parser module as a later release might ship it: its source with ``edits`` made (each found once)."""
+    import types
+
+    source = inspect.getsource(nats.protocol.parser)
+    for old, new in edits:
+        assert source.count(old) == 1, old
+        source = source.replace(old, new)
+    module = types.ModuleType(name)
+    exec(compile(source, name, "exec"), module.__dict__)
+    return module
+
+
+OTHER_GROUPS = (  # MSG's reply group made non-capturing: four groups, and the parser unpacks four
+    ('MSG_RE = re.compile(b"\\\\AMSG\\\\s+([^\\\\s]+)\\\\s+([^\\\\s]+)\\\\s+(([^\\\\s]+)',
+     'MSG_RE = re.compile(b"\\\\AMSG\\\\s+([^\\\\s]+)\\\\s+([^\\\\s]+)\\\\s+(?:([^\\\\s]+)'),
+    ("subject, sid, _, reply, needed_bytes = msg.groups()", "subject, sid, reply, needed_bytes = msg.groups()"),
+)
+
+
+def test_a_nats_py_whose_groups_differ_keeps_its_regexes_and_says_so_once(caplog):
+    wire = _stand_in("standin_other_groups", *OTHER_GROUPS)
+    theirs = wire.MSG_RE
+    assert theirs.groups == 4 and nats_internals.MSG_RE.groups == 5
+    with caplog.at_level("WARNING", logger="pyspark_jetstream"):
+        assert nats_internals.receive_every_subject(wire, version="9.9.9") is False
+        assert nats_internals.receive_every_subject(wire, version="9.9.9") is False
+    assert wire.MSG_RE is theirs  # not swapped
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warnings) == 1 and "nats-py 9.9.9" in warnings[0] and "parse differently" in warnings[0], warnings
+
+
+def test_a_nats_py_that_binds_its_regexes_elsewhere_is_not_swapped(caplog):
+    wire = _stand_in("standin_bound_elsewhere",
+                     ("        self.nc = nc\n", "        self.nc = nc\n        self.msg_re, self.hmsg_re = MSG_RE, HMSG_RE\n"),
+                     ("msg = MSG_RE.match(self.buf)", "msg = self.msg_re.match(self.buf)"),
+                     ("msg = HMSG_RE.match(self.buf)", "msg = self.hmsg_re.match(self.buf)"))
+    theirs = wire.MSG_RE, wire.HMSG_RE
+    with caplog.at_level("WARNING", logger="pyspark_jetstream"):
+        assert nats_internals.receive_every_subject(wire, version="9.9.8") is False
+    assert theirs == (wire.MSG_RE, wire.HMSG_RE)
+    assert "nats-py 9.9.8" in caplog.text and "no longer looks up" in caplog.text

@@ -4,20 +4,22 @@ from __future__ import annotations
 
 import os
 import random
+import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import pyarrow as pa
 import pytest
 
-from pyspark_jetstream.errors import OrderError
+from pyspark_jetstream.errors import LocalDirectoryError, OrderError
 from pyspark_jetstream.sink.order import spill_dirs
 from pyspark_jetstream.sink.order.decide import PUBLISH, SORT, decide
 from pyspark_jetstream.sink.order.sorted_rows import SortedRows
 from pyspark_jetstream.sink.order.subject_sample import SubjectSample, shared_subjects
-from pyspark_jetstream.task_notes import ReadNote, leave, take
+from pyspark_jetstream.task_notes import ReadNote
 
 
 def _note(split="sequence", partitions=4, index=0, stream="S"):
@@ -122,22 +124,6 @@ def test_samples_show_subjects_written_by_two_tasks():
     assert step == spread[0]
 
 
-def test_notes_are_taken_by_their_own_task_once(tmp_path):
-    leave(_note(index=2), key="7", directory=tmp_path)
-    leave(_note(index=3, stream="B"), key="7", directory=tmp_path)
-    leave(_note(index=1), key="8", directory=tmp_path)
-    assert sorted(take(key="7", directory=tmp_path), key=lambda n: n.index) == [_note(index=2),
-                                                                                 _note(index=3, stream="B")]
-    assert take(key="7", directory=tmp_path) == []
-    assert take(key="8", directory=tmp_path) == [_note(index=1)]
-    assert take(key="9", directory=tmp_path / "missing") == []
-
-
-def test_no_task_no_note(tmp_path):
-    leave(_note(), directory=tmp_path)  # outside a Spark task: nothing to tie the note to
-    assert list(tmp_path.iterdir()) == []
-
-
 def test_a_checkpoint_split_by_subject_is_kept_until_the_user_chooses():
     """An upgrade keeps running (issue #39): a streaming query whose checkpoint records the read split by
     subject (the default before 0.2.0) goes on so, unless the option 'split' is given."""
@@ -167,7 +153,7 @@ def test_the_spill_goes_under_the_first_usable_spark_local_dir(tmp_path, monkeyp
         rows.hold(_batch(list(range(k * 10, k * 10 + 10))))
     assert rows.runs and all(Path(run).parent.parent == local for run in rows.runs)
     (folder,) = _spill_folders(local)
-    assert folder.name.startswith(f"{spill_dirs.PREFIX}{os.getpid()}-none-")  # pid, task attempt (none here)
+    assert folder.name.startswith(f"{spill_dirs.PREFIX}none-")  # the task attempt (none here), no pid
     assert _drain(rows).num_rows == 50
     assert not _spill_folders(local)  # removed after success
     monkeypatch.setenv("SPARK_LOCAL_DIRS", "")
@@ -188,23 +174,82 @@ def test_the_spill_is_removed_when_the_consumer_fails_midway(tmp_path):
     assert not _spill_folders(tmp_path)
 
 
-def test_a_folder_left_by_a_dead_process_is_swept_and_a_live_ones_kept(tmp_path):
+HOLDER = """
+import fcntl, os, sys, time
+fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT)
+fcntl.flock(fd, fcntl.LOCK_EX)
+print("claimed", flush=True)
+sys.stdin.read()  # until the test closes it
+"""
+
+
+def _claimed_by_another_process(lock: Path) -> subprocess.Popen:
+    """A process that holds ``lock`` as a live task holds its folder's (its pid is irrelevant: it could be in
+    another PID namespace); the test ends it by closing its stdin."""
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(lock)], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True)
+    assert holder.stdout.readline().strip() == "claimed"  # waits for the lock, however long the start takes
+    return holder
+
+
+def test_the_sweep_goes_by_the_folders_lock_never_by_a_pid(tmp_path):
+    """Issue #47: containers sharing a spill root do not share PID namespaces. A live task's folder is kept
+    whatever pid its name holds (here one that is not running in this namespace), and a dead task's folder
+    is swept though its name holds a running pid."""
     done = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
     dead = int(done.stdout)
-    left = tmp_path / f"{spill_dirs.PREFIX}{dead}-17-abc"
-    left.mkdir()
-    (left / "run-0.arrow").write_bytes(b"x" * 100)
-    alive = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    live = tmp_path / f"{spill_dirs.PREFIX}{dead}-17-abc"  # named as the old rule would, from another namespace
+    live.mkdir()
+    (live / "run-0.arrow").write_bytes(b"x" * 100)
+    holder = _claimed_by_another_process(live / spill_dirs.LOCK)
     try:
-        kept = tmp_path / f"{spill_dirs.PREFIX}{alive.pid}-18-def"
-        kept.mkdir()
+        left = tmp_path / f"{spill_dirs.PREFIX}{os.getpid()}-18-def"  # a running pid; its task is gone
+        left.mkdir()
+        (left / spill_dirs.LOCK).write_bytes(b"")
         other = tmp_path / "blockmgr-00"
         other.mkdir()
         SortedRows("seq", 100, str(tmp_path))  # a task's sort starts: it sweeps
-        assert not left.exists() and kept.exists() and other.exists()
+        assert live.exists() and (live / "run-0.arrow").exists()
+        assert not left.exists() and other.exists()
     finally:
-        alive.kill()
-        alive.wait()
+        holder.stdin.close()
+        holder.wait(30)
+    assert spill_dirs.sweep(str(tmp_path)) == [live.name]  # its task ended without removing it: swept now
+
+
+def test_a_folder_being_claimed_is_kept_and_one_whose_task_died_unclaimed_goes_later(tmp_path):
+    young = tmp_path / f"{spill_dirs.PREFIX}1-a"  # made, its lock file a moment away
+    young.mkdir()
+    old = tmp_path / f"{spill_dirs.PREFIX}2-b"
+    old.mkdir()
+    long_ago = time.time() - spill_dirs.CLAIM_GRACE - 5
+    os.utime(old, (long_ago, long_ago))
+    assert spill_dirs.sweep(str(tmp_path)) == [old.name]
+    assert young.exists()
+
+
+def test_a_spill_folder_removed_under_its_task_stops_the_write_naming_it(tmp_path):
+    """A guard that cannot keep its rows refuses (issue #47): runs lost under a task are never merged without them."""
+    rows = SortedRows("seq", 100, str(tmp_path))
+    for k in range(3):
+        rows.hold(_batch(list(range(k * 10, k * 10 + 10))))
+    assert rows.runs
+    folder = rows.folder.path
+    shutil.rmtree(folder)  # someone else's cleanup
+    with pytest.raises(LocalDirectoryError, match="spill folder") as stopped:
+        for k in range(3, 5):
+            rows.hold(_batch(list(range(k * 10, k * 10 + 10))))
+    assert folder in str(stopped.value) and "order.maxBufferBytes" in str(stopped.value)
+    rows.close()
+    reading = SortedRows("seq", 100, str(tmp_path))
+    for k in range(3):
+        reading.hold(_batch(list(range(k * 10, k * 10 + 10))))
+    for run in reading.runs:
+        os.remove(run)
+    with pytest.raises(LocalDirectoryError):
+        _drain(reading)
+    reading.close()
+    assert not _spill_folders(tmp_path)
 
 
 PEAK = """

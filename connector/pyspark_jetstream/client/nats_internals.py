@@ -24,20 +24,21 @@ there first): ``Client._process_msg``, ``Client._ps`` (its ``parse``,
 ``nats.protocol.parser``, two of which :func:`receive_every_subject` replaces), ``Client._send_command``,
 ``Client._flush_pending``, ``Client._pending`` / ``_pending_data_size``,
 ``Client._server_info``, ``Client.options["max_reconnect_attempts"]`` and
-``Subscription._id``; and two attributes this module sets on the client.
+``Subscription._id``; and two attributes this module sets on the client. The regex swap checks
+itself when it is made (:func:`swap_problem`: real frames through nats-py's own ``Parser``) and
+is left out, with one warning, when a nats-py release parses differently with it.
 """
 
 from __future__ import annotations
 
-import asyncio
 import re
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from collections.abc import Callable
 from typing import Any
 
 from nats.protocol import parser as _wire
 
 from ..logs import get_logger
+from .connection_events import CLOSE_POLL, ConnectionEvents, PermissionViolation  # noqa: F401  (their old home)
 
 log = get_logger("wire")
 
@@ -47,8 +48,6 @@ RunHandler = Callable[[list], None]
 
 _HANDLERS_ATTR = "_pyspark_jetstream_raw_handlers"
 _RUNS_ATTR = "_pyspark_jetstream_run_handlers"
-CLOSE_POLL = 0.25
-"""Seconds between checks that a connection nats-py closed was reported (:meth:`ConnectionEvents.watch`)."""
 
 
 def _unanchored(pattern: re.Pattern) -> re.Pattern:
@@ -69,16 +68,150 @@ HMSG_RE = re.compile(rb"\AHMSG" + _BLANKS + _ARG + _BLANKS + _ARG + _BLANKS + rb
 nats-py's groups: (subject, sid, reply and blanks, reply, [header size,] size)."""
 
 
-def receive_every_subject() -> None:
-    """Let nats-py's parser take every subject the server delivers, process-wide.
+_SWAPPED: dict[str, bool] = {}
+"""Per parser module: whether :func:`receive_every_subject` swapped its regexes in (decided once per process)."""
+CHECK_CHUNK = 32 * 1024
+"""The self-check feeds its frames in pieces of this size, as socket reads come (a 300 KB payload spans ten)."""
+
+
+def receive_every_subject(wire: Any = _wire, version: str | None = None) -> bool:
+    """Let nats-py's parser take every subject the server delivers, process-wide, if it parses as before.
 
     nats-py splits a delivery line at any ASCII blank (bytes ``\\s``: vertical tab and form feed too).
     The server takes both inside a subject, so a message stored under ``orders.a\\x0cb`` (any other
     client can publish one) made nats-py fail the line and drop the connection, and a read reconnect
     until its task died. Its two regexes are swapped for :data:`MSG_RE` and :data:`HMSG_RE`: every
     line the server writes parses as before, and those subjects parse too. (The sink still refuses
-    to publish them: other nats-py readers cannot receive them.)"""
-    _wire.MSG_RE, _wire.HMSG_RE = MSG_RE, HMSG_RE
+    to publish them: other nats-py readers cannot receive them.)
+
+    The pin allows nats-py releases no test saw, so the swap checks itself first (:func:`swap_problem`):
+    real frames through nats-py's own ``Parser``, with and without headers and with a 300 KB payload,
+    must come out the same with either pair of regexes, and the swap must take effect. Otherwise the
+    regexes stay as nats-py ships them, and one warning names the nats-py version and why. ``wire``:
+    the parser module (tests: a stand-in). Returns whether the swap is in."""
+    name = getattr(wire, "__name__", repr(wire))
+    if name not in _SWAPPED:
+        originals = (NATS_PY_MSG_RE, NATS_PY_HMSG_RE) if wire is _wire else (getattr(wire, "MSG_RE", None),
+                                                                              getattr(wire, "HMSG_RE", None))
+        problem = swap_problem(wire, originals)
+        if problem is None:
+            wire.MSG_RE, wire.HMSG_RE = MSG_RE, HMSG_RE
+            if _parsed(wire, None, _VT_FRAME) != _VT_PARSED:  # the real parser, not a copy: took effect?
+                wire.MSG_RE, wire.HMSG_RE = originals
+                problem = "after the swap, nats-py's parser still cuts a subject at a vertical tab"
+        if problem is not None:
+            log.warning("nats-py %s: the connector leaves nats-py's MSG/HMSG regexes as they are (%s). A message "
+                        "whose subject holds a vertical tab or form feed will make nats-py drop the connection; "
+                        "nats-py 2.16 is the release the connector was tested with.",
+                        version or _nats_py_version(), problem)
+        _SWAPPED[name] = problem is None
+    return _SWAPPED[name]
+
+
+def _samples() -> bytes:
+    """Delivery frames as nats-server writes them (a JetStream ack reply, an inbox, headers, 300 KB payloads),
+    built when the check runs, not at import."""
+    headers = b"NATS/1.0\r\nA: b\r\nA: c\r\n\r\n"
+    big = bytes(range(256)) * (300 * 1024 // 256)
+    h = len(headers)
+    return b"".join([
+        b"MSG orders.a 1 5\r\nhello\r\n",
+        b"MSG orders.a 2 _INBOX.x.y 5\r\nhello\r\n",
+        b"MSG orders.a 3 0\r\n\r\n",
+        b"HMSG orders.b 4 $JS.ACK.S.C.1.2.3.4.5 %d %d\r\n%shello\r\n" % (h, h + 5, headers),
+        b"HMSG orders.b 5 %d %d\r\n%s\r\n" % (h, h, headers),
+        b"MSG orders.big 6 r %d\r\n%s\r\n" % (len(big), big),
+        b"HMSG orders.big 7 %d %d\r\n%s%s\r\n" % (h, h + len(big), headers, big),
+        b"PING\r\n",
+    ])
+
+
+_VT_FRAME = b"MSG orders.a\x0bb 8 5\r\nhello\r\n"
+_VT_PARSED = [("msg", 8, b"orders.a\x0bb", b"", b"hello", None)]
+
+
+def swap_problem(wire: Any, originals: tuple[Any, Any]) -> str | None:
+    """Why swapping :data:`MSG_RE`/:data:`HMSG_RE` into the parser module ``wire`` would be wrong, or None.
+
+    ``originals``: the module's own regexes. Parses :func:`_samples` through ``wire.Parser`` with each
+    pair, through a copy of its ``parse`` that looks the names up in a copy of the module's globals
+    (nothing process-wide changes while checking), and compares what the parser hands its client."""
+    parse = getattr(getattr(wire, "Parser", None), "parse", None)
+    names = getattr(getattr(parse, "__code__", None), "co_names", ())
+    if not all(isinstance(p, re.Pattern) for p in originals) or not {"MSG_RE", "HMSG_RE"} <= set(names):
+        return "its parser no longer looks up the module's MSG_RE and HMSG_RE"
+    samples = _samples()
+    theirs, ours = _parsed(wire, originals, samples), _parsed(wire, (MSG_RE, HMSG_RE), samples)
+    if ours != theirs:
+        return f"real frames parse differently with the swapped regexes: {_first_difference(theirs, ours)}"
+    if _parsed(wire, (MSG_RE, HMSG_RE), _VT_FRAME) != _VT_PARSED:
+        return "the swapped regexes do not reach its parser (a subject with a vertical tab is still cut)"
+    return None
+
+
+class _Recorder:
+    """The client a self-check's parser hands its frames to."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple] = []
+
+    async def _process_msg(self, sid: int, subject: bytes, reply: bytes, data: bytes, headers: Any) -> None:
+        self.calls.append(("msg", sid, bytes(subject), bytes(reply), bytes(data), headers))
+
+    async def _process_ping(self) -> None:
+        self.calls.append(("ping",))
+
+    async def _process_pong(self) -> None:
+        self.calls.append(("pong",))
+
+    async def _process_info(self, info: Any) -> None:
+        self.calls.append(("info", info))
+
+    async def _process_err(self, err: Any) -> None:
+        self.calls.append(("err", err))
+
+
+def _parsed(wire: Any, regexes: tuple[Any, Any] | None, data: bytes) -> list | str:
+    """What ``wire.Parser`` hands its client for ``data`` fed in :data:`CHECK_CHUNK` pieces (or the error it
+    raises): with ``regexes`` through a copy of ``parse`` seeing them as the module's, with None as it is."""
+    import types
+
+    parse = wire.Parser.parse
+    if regexes is not None:
+        scope = {**parse.__globals__, "MSG_RE": regexes[0], "HMSG_RE": regexes[1]}
+        parse = types.FunctionType(parse.__code__, scope, parse.__name__, parse.__defaults__, parse.__closure__)
+    client = _Recorder()
+    parser = wire.Parser(client)
+    try:
+        for k in range(0, len(data), CHECK_CHUNK):
+            step = parse(parser, data[k:k + CHECK_CHUNK])
+            try:
+                step.send(None)  # the recorder never suspends: the coroutine ends in one step
+            except StopIteration:
+                continue
+            step.close()
+            return "the parser awaited something other than its client"
+    except Exception as exc:
+        return f"{type(exc).__name__}: {exc}"
+    return client.calls
+
+
+def _first_difference(theirs: list | str, ours: list | str) -> str:
+    if isinstance(theirs, str) or isinstance(ours, str):
+        return f"nats-py's own gives {str(theirs)[:120]!r}, the swapped {str(ours)[:120]!r}"
+    for k, (a, b) in enumerate(zip(theirs, ours, strict=False)):
+        if a != b:
+            return f"frame {k}: {str(a)[:120]!r} against {str(b)[:120]!r}"
+    return f"{len(theirs)} frames against {len(ours)}"
+
+
+def _nats_py_version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("nats-py")
+    except PackageNotFoundError:  # pragma: no cover - vendored copies
+        return "(version unknown)"
 
 
 _MSG = _unanchored(MSG_RE)
@@ -299,119 +432,6 @@ async def raw_unsubscribe(nc: Any, sub: Any) -> None:
     getattr(nc, _RUNS_ATTR, {}).pop(sub._id, None)
     if not nc.is_closed:
         await sub.unsubscribe()
-
-
-@dataclass(frozen=True)
-class PermissionViolation:
-    """A server's ``Permissions Violation`` -ERR. ``exact``: ``text`` is as the server wrote it
-    (taken from the wire by :class:`FastFrames`); else it is nats-py's lower-cased copy, the
-    only one left when nats-py's own parser read the line."""
-
-    text: str
-    exact: bool
-
-    def names(self, subject: str) -> bool:
-        """Whether the violation is about ``subject``. Subjects are case-sensitive: one for
-        ``"Orders.x"`` is not one for ``"orders.x"``; only a lower-cased text is matched without case."""
-        if self.exact:
-            return f'"{subject}"' in self.text
-        return f'"{subject.lower()}"' in self.text
-
-
-class ConnectionEvents:
-    """Fan-out of a connection's events to the readers and publishers using it.
-
-    Permission violations matter most: the server answers a refused publish with
-    an asynchronous ``-ERR`` and nothing on the reply subject, so without this a
-    refused write would only surface as a PubAck timeout.
-    """
-
-    def __init__(self) -> None:
-        self.listeners: set[Any] = set()
-        self.permission_errors: list[PermissionViolation] = []
-        self._err_lines: list[str] = []  # -ERR texts as the server wrote them, not yet matched
-        self.client: Any = None  # the connection, once it is up (for the cause of a close)
-        self.closed_reported = False
-        self.close_watcher: asyncio.Task | None = None
-
-    def note_err_line(self, text: str) -> None:
-        """An -ERR text as it came off the wire, before nats-py lower-cases it (:class:`FastFrames`)."""
-        self._err_lines = self._err_lines[-99:] + [text]
-
-    def _as_written(self, lowered: str) -> PermissionViolation:
-        for k in range(len(self._err_lines) - 1, -1, -1):
-            if self._err_lines[k].lower() == lowered:
-                return PermissionViolation(self._err_lines.pop(k), exact=True)
-        return PermissionViolation(lowered, exact=False)
-
-    def on_error(self, exc: BaseException) -> None:
-        text = str(exc)
-        if "permissions violation" not in text.lower():
-            return
-        violation = self._as_written(text.removeprefix("nats: "))
-        self.permission_errors = self.permission_errors[-99:] + [violation]
-        for listener in list(self.listeners):
-            handler = getattr(listener, "on_permission_error", None)
-            if handler is not None:
-                handler(violation)
-
-    def permission_error_for(self, subject: str) -> str | None:
-        """The last recorded violation that names ``subject`` (case-sensitive, see
-        :meth:`PermissionViolation.names`), if any."""
-        for violation in reversed(self.permission_errors):
-            if violation.names(subject):
-                return violation.text
-        return None
-
-    async def disconnected(self) -> None:
-        for listener in list(self.listeners):
-            if hasattr(listener, "on_disconnected"):
-                listener.on_disconnected()
-
-    async def reconnected(self) -> None:
-        for listener in list(self.listeners):
-            if hasattr(listener, "on_reconnected"):
-                listener.on_reconnected()
-
-    def close_cause(self) -> str:
-        """Why the connection closed for good, as nats-py recorded it (a server -ERR, say)."""
-        error = getattr(self.client, "last_error", None)
-        if error is None:
-            return "the connection was closed"
-        return str(error).removeprefix("nats: ") or type(error).__name__
-
-    async def closed(self) -> None:
-        """nats-py gave the connection up (a server -ERR such as 'Maximum Payload Violation',
-        or close()): nothing waiting on it can complete, so every listener fails at once."""
-        if self.closed_reported:
-            return
-        self.closed_reported = True
-        cause = self.close_cause()
-        for listener in list(self.listeners):
-            if hasattr(listener, "on_closed"):
-                listener.on_closed(cause)
-
-    def callbacks(self) -> dict[str, Callable[[], Awaitable[None]]]:
-        return {"disconnected_cb": self.disconnected, "reconnected_cb": self.reconnected, "closed_cb": self.closed}
-
-    def watch(self, client: Any) -> None:
-        """Report the close of ``client`` even when nats-py's ``closed_cb`` never comes.
-
-        nats-py marks the client CLOSED first and calls ``closed_cb`` last; in
-        between it writes what is still buffered, and on a socket the server has
-        already reset that write raises, ending the close task with the callbacks
-        never called (seen with 'Maximum Payload Violation' under load). Readers
-        and publishers would then wait for their own deadlines and blame the
-        server. This watcher checks the status every :data:`CLOSE_POLL` seconds.
-        """
-        self.client = client
-
-        async def watch() -> None:
-            while not client.is_closed:
-                await asyncio.sleep(CLOSE_POLL)
-            await self.closed()
-
-        self.close_watcher = asyncio.ensure_future(watch())
 
 
 _EVENTS_ATTR = "_pyspark_jetstream_events"

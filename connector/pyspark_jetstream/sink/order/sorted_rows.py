@@ -41,7 +41,7 @@ class SortedRows:
         self.max_bytes = max_bytes
         self.root = directory if directory is not None else spill_dirs.spill_root()
         spill_dirs.sweep(self.root)  # the folders of killed tasks
-        self.folder: str | None = None  # created at the first spill
+        self.folder: Any = None  # a spill_dirs.SpillFolder, created (and claimed) at the first spill
         self.held: list[list[Any]] = []  # in-memory runs: lists of sorted batches, each run in order
         self.held_bytes = 0
         self.held_rows = 0
@@ -77,12 +77,15 @@ class SortedRows:
 
         if self.folder is None:
             self.folder = spill_dirs.task_folder(self.root)
-        path = os.path.join(self.folder, f"run-{len(self.runs)}.arrow")
+        path = os.path.join(self.folder.path, f"run-{len(self.runs)}.arrow")
         runs, rows = self.held, self._round_rows()
         schema = runs[0][0].schema
-        with pa.OSFile(path, "wb") as sink, pa.ipc.new_file(sink, schema) as writer:
-            for batch in _merge([iter(run) for run in runs], self.seq, SPILL_ROWS, rows):
-                writer.write_batch(batch)
+        try:
+            with pa.OSFile(path, "wb") as sink, pa.ipc.new_file(sink, schema) as writer:
+                for batch in _merge([iter(run) for run in runs], self.seq, SPILL_ROWS, rows):
+                    writer.write_batch(batch)
+        except OSError as exc:  # the folder gone (removed under the task) or full: the rows cannot be ordered
+            raise spill_dirs.missing(self.folder.path, exc) from None
         self.runs.append(path)
         self.held, self.held_bytes, self.held_rows = [], 0, 0
 
@@ -97,7 +100,12 @@ class SortedRows:
     def _read(self, path: str) -> Iterator[Any]:
         import pyarrow as pa
 
-        source = pa.memory_map(path)
+        from . import spill_dirs
+
+        try:
+            source = pa.memory_map(path)
+        except OSError as exc:  # a run removed under the task: what it held is lost, never skipped
+            raise spill_dirs.missing(path, exc) from None
         self._maps.append(source)
         reader = pa.ipc.open_file(source)
         return (reader.get_batch(k) for k in range(reader.num_record_batches))
@@ -110,11 +118,10 @@ class SortedRows:
 
     def close(self) -> None:
         """Drop what is held and remove the spill folder (whatever happened: the task's ``finally``)."""
-        from . import spill_dirs
-
         self.held, self.held_bytes, self.held_rows = [], 0, 0
         self._close_maps()
-        spill_dirs.remove(self.folder)
+        if self.folder is not None:
+            self.folder.remove()
         self.folder, self.runs = None, []
 
 

@@ -62,11 +62,23 @@ def read_partition(opts: SourceOptions, stream: str, first: int, last: int | Non
     """Yield the partition's RecordBatches on Spark's thread while the loop thread reads: its
     consumers one after the other (a split by subject with more groups than one consumer's filters
     reads them in chunks; a subject is in one chunk, so its order holds). First, a note for a write
-    in the same task (:mod:`~pyspark_jetstream.task_notes`): how this read was split. ``keys``: a
+    in the same task (:mod:`~pyspark_jetstream.task_notes`): how this read was split (held until the read
+    ends; a note that cannot be left fails the read, as the sink's order guard cannot decide without it). ``keys``: a
     snapshot of these literal subjects of a bucket, read by direct get (:mod:`.key_reader`) at sequence
     ``up_to``."""
     kind = "snapshot" if last_per_subject else "sequence" if split is None else "subject"
-    task_notes.leave(task_notes.ReadNote(stream, kind, count, index))
+    held = task_notes.leave(task_notes.ReadNote(stream, kind, count, index))  # or fails: the guard fails closed
+    try:
+        yield from _read_partition(opts, stream, first, last, created, max_age, last_per_subject, split, index,
+                                   from_earliest, keys, up_to)
+    finally:
+        held.release()
+
+
+def _read_partition(opts: SourceOptions, stream: str, first: int, last: int | None, created: str | None,
+                    max_age: float, last_per_subject: bool, split: tuple[int | None, int] | None, index: int,
+                    from_earliest: bool, keys: tuple[str, ...] | None, up_to: int | None) -> Iterator[Any]:
+    """:func:`read_partition` once its note is left."""
     if last is not None and last < first:
         return  # a range past the data (the read has as many partitions as it is split into)
     resolved = runtime.run(resolve(opts, stream, first, last, created, last_per_subject, split, index),
