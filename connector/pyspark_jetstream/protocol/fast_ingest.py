@@ -135,6 +135,11 @@ class ApiError:
     err_code: int | None
     description: str
 
+    @property
+    def no_responders(self) -> bool:
+        """A 503 status: no stream captures the subject, or (in a cluster) its leader is gone."""
+        return self.code == 503 and self.err_code is None
+
     def __str__(self) -> str:
         code = f"{self.code}" + (f"/{self.err_code}" if self.err_code is not None else "")
         return f"{self.description} ({code})"
@@ -179,7 +184,7 @@ class BatchError:
 
     @property
     def no_responders(self) -> bool:
-        return self.error.code == 503 and self.error.err_code is None
+        return self.error.no_responders
 
     @property
     def about_batch(self) -> bool:
@@ -347,8 +352,8 @@ class FlowWindow:
                             refused=self.refusal.seq, error=self.refusal.error)
         if final.unknown_batch or (final.no_responders and final.at > 1):
             return BatchEnd(RESUME, self.acked, resume_from=self.acked + 1, in_doubt=doubt, error=final.error)
-        if final.too_many or final.no_responders:
-            return BatchEnd(RETRY, self.acked, resume_from=self.acked + 1, in_doubt=doubt, error=final.error)
+        if final.too_many or final.no_responders:  # message 1, alone, was not taken: nothing is in doubt
+            return BatchEnd(RETRY, self.acked, resume_from=self.acked + 1, error=final.error)
         if final.about_batch:
             return BatchEnd(FATAL, self.acked, in_doubt=doubt, error=final.error)
         return BatchEnd(REFUSED, self.acked, in_doubt=max(0, final.at - 1 - self.acked), refused=final.at,
