@@ -155,9 +155,18 @@ class _LosingPublisher(FastPublisher):
     """Drops message ``lose`` (a batch sequence, ``op`` its operation) of the first batch on its way,
     once: a gap."""
 
-    lose, op = 0, 1
+    lose, op, first = 0, 1, ""
 
     async def _send(self, buffer: bytes) -> None:
+        if self._batches == 1:
+            self.first = self._batch_id
+        elif self.first:
+            # A late answer of the first batch (a message in flight after its end gets 10208): it must
+            # not end the second.
+            late = f"{self._inbox}.{self.first}.50.fail.{self.lose + 1}.1.$FI".encode()
+            self._on_answer(late, b"", b'{"error":{"code":400,"err_code":10208,"description":"batch publish ID '
+                            b'unknown"},"stream":"S","seq":0}', None)
+            self.first = ""
         if self.lose and self._batches == 1:
             marker = f".{self.lose}.{self.op}.$FI ".encode()
             at = buffer.find(marker)
@@ -276,3 +285,29 @@ def test_a_frame_cut_around_its_reply_is_the_whole_frame():
     before, after = hpub_around_reply("s.x", block, 5)
     assert before + b"r.1" + after + b"hello\r\n" == hpub_frame("s.x", "r.1", block, b"hello")
     assert pub_frame("s", "r", b"") == b"PUB s r 0\r\n\r\n"
+
+
+class _NeverCommitting(FastPublisher):
+    """Sends the last message as an append: the server stores it, answers pings, and waits for a commit."""
+
+    @staticmethod
+    def _frames(prepared, base, head, first, last, size):
+        return FastPublisher._frames(prepared, base, head, first, last, size + 1)
+
+
+def test_a_batch_that_never_ends_fails_by_its_deadline(nats_server, stream_name):
+    """Every wait has a deadline: answers to pings that repeat the last ack are not progress."""
+    from pyspark_jetstream.errors import AckTimeoutError
+
+    async def scenario():
+        nc = await nats.connect(nats_server.url)
+        js = nc.jetstream()
+        await _stream(js, stream_name)
+        pub = await _NeverCommitting(nc, flow=10, ping_after=0.1, ack_timeout=1.0).start()
+        started = time.monotonic()
+        with pytest.raises(AckTimeoutError, match="No progress"):
+            await pub.publish(_messages(stream_name, 30))
+        await nc.close()
+        return time.monotonic() - started
+
+    assert _run(scenario()) < 10

@@ -133,7 +133,7 @@ class FastPublisher:
         self._batches = 0
         self.window = fi.FlowWindow(0)
         self._changed = asyncio.Event()
-        self._last_answer = 0.0
+        self._last_progress = 0.0
         self._closed: str | None = None
 
     async def start(self) -> FastPublisher:
@@ -162,8 +162,12 @@ class FastPublisher:
         where = fi.split_reply_subject(subject.decode(errors="replace"), self._inbox)
         if where is None or where[0] != self._batch_id:
             return  # a batch that is over: its in-flight messages' 10208s, a late ack
-        self.window = self.window.on_reply(fi.parse_reply(data, headers, where[1]))
-        self._last_answer = time.monotonic()
+        before = self.window
+        self.window = after = before.on_reply(fi.parse_reply(data, headers, where[1]))
+        if after.acked > before.acked or after.every != before.every or after.stopped != before.stopped:
+            # Progress, not mere words: a ping's answer repeats the last ack and must not keep a stuck
+            # batch alive past ack_timeout.
+            self._last_progress = time.monotonic()
         self._changed.set()
 
     async def publish(self, messages: Sequence[Message]) -> FastIngestResult:
@@ -221,8 +225,7 @@ class FastPublisher:
         self._batch_id = f"{secrets.token_hex(8)}{self._batches}"
         replies = fi.BatchReplies(self._inbox, self._batch_id, self.flow)
         self.window = fi.FlowWindow(size, self.outstanding)
-        self._last_answer = time.monotonic()
-        pinged = self._last_answer
+        self._last_progress = pinged = time.monotonic()
         while self.window.final is None:
             if self._closed is not None or self._nc.is_closed:
                 raise JetStreamConnectorError(f"The NATS connection was closed during a fast-ingest batch: "
@@ -239,10 +242,10 @@ class FastPublisher:
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(self._changed.wait(), self.ping_after)
             now = time.monotonic()
-            if self.window.final is None and now - self._last_answer >= self.ping_after:
-                if now - self._last_answer >= self.ack_timeout:
+            if self.window.final is None and now - self._last_progress >= self.ping_after:
+                if now - self._last_progress >= self.ack_timeout:
                     raise AckTimeoutError(
-                        f"No answer to a fast-ingest batch for {self.ack_timeout:g}s ({self.window.sent} of {size} "
+                        f"No progress in a fast-ingest batch for {self.ack_timeout:g}s ({self.window.sent} of {size} "
                         f"sent, {self.window.acked} acked, from message {base}). The server may be down or overloaded.")
                 if now - pinged >= self.ping_after and self.window.sent:
                     pinged = now
