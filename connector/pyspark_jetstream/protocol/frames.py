@@ -28,3 +28,12 @@ def parse_hpub_frame(frame: bytes) -> tuple[str, bytes, bytes]:
     parts = line.decode().split(" ")
     subject, hlen, tlen = parts[1], int(parts[3]), int(parts[4])
     return subject, rest[:hlen], rest[hlen:tlen]
+
+
+def hpub_around_reply(subject: str, header_block: bytes, payload_len: int) -> tuple[bytes, bytes]:
+    """An ``HPUB`` frame cut around its reply subject: ``before + reply + after + payload + b"\\r\\n"``
+    is :func:`hpub_frame` byte for byte. For a sender that writes one message under many reply
+    subjects (a fast-ingest batch names each message's batch and sequence there, and a resend goes
+    under a new batch): the rest of the frame is made once."""
+    hlen = len(header_block)
+    return f"HPUB {subject} ".encode(), b"".join((f" {hlen} {hlen + payload_len}\r\n".encode(), header_block))
