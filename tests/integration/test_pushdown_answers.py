@@ -22,13 +22,13 @@ from pyspark_jetstream.spark_api import PUSHDOWN_CONF
 
 MESSAGES = 1000
 SUBJECTS = 10
-KEYS = 2000
+KEYS = 500
 
 _views = iter(range(1, 1_000_000))
 
 
 def fill_answers(nats_client, stream: str = "ANSWERS") -> tuple[str, str]:
-    """A stream of 1,000 messages over 10 subjects and a bucket of 2,000 keys, both with direct gets."""
+    """A stream of 1,000 messages over 10 subjects and a bucket of 500 keys, both with direct gets."""
     bucket = f"{stream}_KV"
     nats_client.add_stream(stream, ["ans.>"], allow_direct=True)
 
