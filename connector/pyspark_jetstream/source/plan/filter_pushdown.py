@@ -10,10 +10,11 @@ PySpark 4.1+ hands a reader the top-level conjuncts of a query's ``WHERE`` that 
   (``a.b.``) become consumer filter subjects (or, for a bucket's latest view, direct gets of the
   keys); ``seq`` comparisons become the read's sequence range; ``IsNotNull`` of a column that is
   never null is true of every row.
-* **narrowing** (returned, and used): ``timestamp`` comparisons move the start and the end of the
-  read (the server finds sequences by time, assuming time grows with sequence, as
-  ``startingTimestamp`` does), and Spark checks the rows again; ``seq IN (...)`` reads from the
-  smallest to the greatest.
+* **narrowing** (returned, and used): ``seq IN (...)`` reads from the smallest to the greatest, and
+  Spark checks the rows again. ``timestamp`` comparisons are returned and never narrow the read: a
+  clustered stream stamps each message with its leader's clock, so after a leader change (or a clock
+  step) time need not grow with the sequence, and a range found by time could leave out rows that
+  match. They only tell when the conditions contradict each other (no time can match: nothing to read).
 * **returned**: everything else, including any value that could be read as a wildcard (``*``,
   ``>``), a bytes-replacement character (a subject that is not UTF-8 is shown with U+FFFD, so it
   cannot be asked for by name), a prefix that does not end at a token boundary, and ``NOT``.
