@@ -1,9 +1,9 @@
-"""Moving stored messages: a copy deleted, and its frame made ready to go out again under a new id.
+"""Moving stored messages: a frame sent again under a new id, its old copy deleted once the new one is stored.
 
 Both repairs of a subject's order need it: the publisher's ordered recovery after a leader change
 (:mod:`.recovery`) and a retried attempt putting rows behind the one its predecessor left missing
 (:mod:`.retry_order`). The server would take a frame sent again under its old ``Nats-Msg-Id`` for a
-duplicate of the deleted copy, so a moved frame gets :func:`~pyspark_jetstream.sink.encode.msg_ids.moved_id`, numbered per
+duplicate of the old copy, so a moved frame gets :func:`~pyspark_jetstream.sink.encode.msg_ids.moved_id`, numbered per
 attempt (``move_base``) and per recovery round. A target that denies deletes keeps its copy where it
 is: counted, never stored twice.
 

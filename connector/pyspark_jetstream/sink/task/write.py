@@ -186,6 +186,10 @@ class WriteTask:
         while self.settle():  # creates put again, dead letters: drained and settled in turn
             runtime.run(self.pub.drain())
         self._delete_stale()
+        if self.pub.moves_finished or self.pub.restored:
+            log.warning("JetStream sink: partition %d finished %d moves an earlier attempt cut short (old copies "
+                        "deleted) and published again %d rows whose copy such a move had deleted",
+                        self.partition, self.pub.moves_finished, self.pub.restored)
         self.records.end(finished=True)
         return self._commit_message()
 
