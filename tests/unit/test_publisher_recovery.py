@@ -15,6 +15,7 @@ import json
 from collections import Counter
 
 from pyspark_jetstream.protocol.frames import hpub_frame
+from pyspark_jetstream.sink.encode.msg_ids import base_id
 from pyspark_jetstream.sink.publish import publisher as publisher_module
 from pyspark_jetstream.sink.publish import recovery
 from pyspark_jetstream.sink.publish.publisher import Publisher
@@ -68,6 +69,7 @@ class FakeClusteredStream:
         self.ids: dict[str, int] = {}  # msg id -> seq (the duplicate window)
         self.last_seq = 0
         self.handler = None
+        self.deny_delete = False
 
     def new_inbox(self) -> str:
         return "_INBOX.fake"
@@ -102,6 +104,9 @@ class FakeClusteredStream:
 
     async def request(self, subject: str, payload: bytes, timeout: float = 10.0, headers=None) -> _Reply:
         await asyncio.sleep(0.01)  # a request waits for its reply: the loop runs others meanwhile
+        if subject == f"$JS.API.STREAM.INFO.{STREAM}":
+            return _Reply({"config": {"name": STREAM, "deny_delete": self.deny_delete},
+                           "state": {"last_seq": self.last_seq}})
         if subject == f"$JS.API.STREAM.MSG.GET.{STREAM}":  # the first message at or after seq
             seq = json.loads(payload)["seq"]
             held = sorted(s for s in self.messages if s >= seq)
@@ -116,6 +121,13 @@ class FakeClusteredStream:
 
     async def stored_sequences(self, nc, stream, api_prefix, after, wanted, deadline):
         return {msg_id: seq for seq, (_, msg_id, _) in self.messages.items() if seq > after and msg_id in wanted}
+
+    async def moved_copies(self, nc, stream, api_prefix, after, bases, deadline):
+        found: dict[str, list[int]] = {}
+        for seq, (_, msg_id, _) in sorted(self.messages.items()):
+            if seq > after and base_id(msg_id) != msg_id and base_id(msg_id) in bases:
+                found.setdefault(base_id(msg_id), []).append(seq)
+        return found
 
     def payloads(self, subject: str) -> list[bytes]:
         return [p for _, (s, _, p) in sorted(self.messages.items()) if s == subject]
@@ -132,6 +144,7 @@ def _install(monkeypatch, fake: FakeClusteredStream) -> None:
     monkeypatch.setattr(publisher_module, "raw_subscribe", subscribe)
     monkeypatch.setattr(publisher_module, "raw_unsubscribe", unsubscribe)
     monkeypatch.setattr(replay_guard, "stored_sequences", fake.stored_sequences)
+    monkeypatch.setattr(replay_guard, "moved_copies", fake.moved_copies)
     monkeypatch.setattr(recovery, "QUIET", 0.1)  # the quiet period, short: the fake answers at once
 
 

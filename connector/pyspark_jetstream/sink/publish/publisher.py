@@ -61,14 +61,14 @@ class Publisher(PubAcks, OrderedRecovery, Moves):
 
     def __init__(self, nc, *, max_pending: int, ack_timeout: float, idempotent: bool = False,
                  ordered_stream: str | None = None, api_prefix: str = "$JS.API", bucket: bool = False,
-                 move_base: int = 0, after_retry: bool = False) -> None:
+                 move_base: int = 0, after_retry: bool = False, replayed: bool = False) -> None:
         self._nc = nc
         self._idempotent = idempotent
         # 503 means "between leaders" only where there are leaders to elect.
         from ...client.nats_internals import is_clustered
 
         self._retry_503 = is_clustered(nc)
-        self._init_recovery(ordered_stream, api_prefix, bucket, move_base, after_retry)
+        self._init_recovery(ordered_stream, api_prefix, bucket, move_base, after_retry, replayed)
         self._init_acks()
         self._first_503: dict[str, float] = {}
         self._retry_due: set[str] = set()

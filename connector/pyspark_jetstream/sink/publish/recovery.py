@@ -31,7 +31,7 @@ class OrderedRecovery:
     """The ordered publisher's bookkeeping and its repair rounds (module docstring)."""
 
     def _init_recovery(self, ordered_stream: str | None, api_prefix: str, bucket: bool, move_base: int,
-                       after_retry: bool = False) -> None:
+                       after_retry: bool = False, replayed: bool = False) -> None:
         # Ordered recovery (module docstring): every frame to one stream, ids to resend safely, a cluster; or
         # a retried attempt without replay records, on any server (see _stored_behind).
         self._ordered = ordered_stream is not None and self._idempotent and (self._retry_503 or after_retry)
@@ -60,6 +60,14 @@ class OrderedRecovery:
         self._move_base = move_base  # see Moves
         self._again = False
         self.reordered = 0  # messages deleted and published again in their subject's order
+        self._replaced: dict[str, list[int]] = {}  # token -> old copies to delete once its moved copy is stored
+        self._deny_delete: bool | None = None  # the target's deny_delete, asked before the first move
+        # A retry: the remembered tokens whose sequence a duplicate PubAck gave (moves._check_duplicates), and
+        # whether every such duplicate is in doubt (``replayed``: the replay records found no copy of the row).
+        self._dup_tokens: set[str] = set()
+        self._verify_dups = replayed and self._tops is not None
+        self.moves_finished = 0  # old copies deleted whose moved copy an earlier attempt had stored
+        self.restored = 0  # rows whose copy a cut-short move had deleted, published again
         self.left_out_of_order = 0  # ... that the stream would not let the sink delete
 
     def _on_ordered_ack(self, token: str, data: bytes, headers: bytes | None) -> None:
@@ -83,10 +91,17 @@ class OrderedRecovery:
             found = ACK_SEQ.search(data)
             if found is not None and b'"error"' not in data:  # stored, or a duplicate: its seq is the original's
                 seq = int(found.group(1))
-                if self._tops is not None and self._stored_behind(token, send_no, sent, seq):
-                    overtook = True  # a recovery moves it (and its subject's later frames) behind the top
+                duplicate = False
+                if self._tops is not None:
+                    if self._stored_behind(token, send_no, sent, seq):
+                        overtook = True  # a recovery moves it (and its subject's later frames) behind the top
+                    duplicate = b'"duplicate"' in data
+                    if duplicate and self._verify_dups:
+                        overtook = True  # a copy the replay records did not find: checked (moves._check_duplicates)
                 if overtook or self._stored_recent or not calm:
                     self._remember_stored(token, send_no, sent, seq)
+                    if duplicate:
+                        self._dup_tokens.add(token)
                 elif seq > self._max_seq:
                     self._max_seq = seq  # all _remember_stored keeps of a frame it would forget at once
             if overtook:
@@ -167,6 +182,7 @@ class OrderedRecovery:
             if oldest is not None and entry[0] >= oldest:
                 break
             del recent[token]
+            self._dup_tokens.discard(token)
 
     def _trouble(self) -> None:
         self._may_send.clear()
@@ -185,13 +201,15 @@ class OrderedRecovery:
             self._again = False
 
     async def _recover(self) -> None:
-        """Module docstring: wait until every frame in flight is answered or quiet; send the unanswered
-        ones again, in the task's order; once they are answered, move the frames stored ahead of an
-        earlier one of their subject (deleted, sent again under a new id); until all is calm."""
+        """Module docstring: wait until every frame in flight is answered or quiet; delete the old copies of the
+        frames moved whose new copy is stored; send the unanswered ones again, in the task's order; once they
+        are answered, move the frames stored ahead of an earlier one of their subject (sent again under a new id,
+        their old copies deleted once the new ones are stored); until all is calm."""
         from . import reorder
 
         while True:
             await self._quiet()
+            await self._delete_replaced()
             for token in [t for t in self._pending if t not in self._inflight]:
                 del self._pending[token]  # settled another way (a refusal the server sent as -ERR)
             unanswered = sorted((t for t in self._pending if t in self._inflight), key=lambda t: self._inflight[t][0])
@@ -200,15 +218,20 @@ class OrderedRecovery:
             stored = [reorder.Stored(t, e[1], e[2], e[3]) for t, e in self._stored_recent.items()]
             if unanswered:
                 self._rounds += 1
-                # A compare-and-set frame goes out only in its subject's order (reorder.in_place).
+                # A compare-and-set frame goes out only in its subject's order (reorder.in_place): the copies
+                # stored ahead of it are deleted before it is sent (moves._move, delete_first).
                 now, first = reorder.in_place((reorder.Unanswered(t, self._inflight[t][0], self._inflight[t][2],
                                                                   is_conditional(self._inflight[t]))
                                                for t in unanswered), stored)
-                again, first_sends = await self._move(first)
+                again, first_sends = await self._move(first, delete_first=True)
                 now = sorted(now + again, key=lambda t: self._inflight[t][0])
                 await self._send_again(now, first_sends)
                 continue  # their answers, then the order check
             moved = reorder.ahead(stored)
+            if self._tops is not None and self._dup_tokens:
+                if await self._check_duplicates({s.token for s in moved}):
+                    continue  # rows whose copy was gone went out again: their answers, then the order check
+                moved = reorder.ahead(reorder.Stored(t, e[1], e[2], e[3]) for t, e in self._stored_recent.items())
             if not moved:
                 return
             self._rounds += 1
@@ -253,14 +276,3 @@ class OrderedRecovery:
             if time.monotonic() - started > self._ack_timeout:
                 return
             await asyncio.sleep(QUIET / 5)
-
-    async def _send_again(self, tokens: list[str], first_sends: dict[str, int] | None = None) -> None:
-        """Send ``tokens`` again, in this order. Unanswered ones keep their place among the pending;
-        ``first_sends`` numbers the others (moved frames: their PubAck had come)."""
-        if first_sends:
-            self._pending.update(first_sends)
-            self._pending = collections.OrderedDict(sorted(self._pending.items(), key=lambda item: item[1]))
-        self._done.clear()
-        self.resent += len(tokens)
-        self._last_reply = time.monotonic()
-        await self._send(b"".join(self._inflight[t][1] for t in tokens))  # progress is a PubAck, not a resend

@@ -388,6 +388,27 @@ async def stored_sequences(nc: Any, stream: str, api_prefix: str, after: int, wa
     return found
 
 
+async def moved_copies(nc: Any, stream: str, api_prefix: str, after: int, bases: set[str],
+                       deadline: float) -> dict[str, list[int]]:
+    """The sequences after ``after`` where ``stream`` holds a moved copy (``<base>:o<n>``) of a row whose id is
+    in ``bases``: a retry's check of a predecessor's repair (a copy deleted only once its moved copy is
+    stored, publish/moves.py). Read to the stream's last message: a row may have been moved more than once."""
+    give_up = time.monotonic() + deadline
+    info = await jsapi.retrying(lambda timeout: jsapi.stream_info(nc, stream, api_prefix, timeout), give_up)
+    end = int(info["state"].get("last_seq", 0)) if info else 0
+    found: dict[str, list[int]] = {}
+
+    def visit(msg: Any, seq: int) -> bool:
+        msg_id = (msg.headers or {}).get("Nats-Msg-Id") or ""
+        base = base_id(msg_id)
+        if base != msg_id and base in bases:
+            found.setdefault(base, []).append(seq)
+        return False
+
+    await scan_headers(nc, stream, api_prefix, after, end, max(give_up - time.monotonic(), 1.0), visit)
+    return found
+
+
 async def scan_headers(nc: Any, stream: str, api_prefix: str, after: int, end: int, deadline: float,
                        visit: Any) -> int:
     """Read ``stream``'s messages in ``(after, end]``, headers only, with an ephemeral consumer, giving each

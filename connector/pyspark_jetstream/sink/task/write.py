@@ -54,10 +54,12 @@ def slices(batch: Any, step: int) -> list[Any]:
     return [batch.slice(offset, step) for offset in range(0, batch.num_rows, step)]
 
 
-def open_publisher(opts: Any, move_base: int, after_retry: bool = False) -> Publisher:
+def open_publisher(opts: Any, move_base: int, after_retry: bool = False, replayed: bool = False) -> Publisher:
     """The task's publisher on the executor's shared connection; with ``order=subject`` its ordered recovery
-    repairs a subject's order after a leader change (publish/recovery.py), and in a retried attempt without
-    replay records (``after_retry``) moves the rows its predecessor stored ahead of a missing one."""
+    repairs a subject's order after a leader change (publish/recovery.py), and in a retried attempt
+    (``after_retry``) moves the rows its predecessor stored ahead of a missing one and checks that a duplicate
+    PubAck names a copy that is still there (``replayed``: every duplicate, the replay records having found no
+    copy of the row; publish/moves.py)."""
     target = kv.stream_name(opts.bucket) if opts.bucket is not None else opts.stream
     ordered = target if opts.order == "subject" else None
 
@@ -66,7 +68,7 @@ def open_publisher(opts: Any, move_base: int, after_retry: bool = False) -> Publ
         return await Publisher(
             nc, max_pending=opts.max_pending_acks, ack_timeout=opts.ack_timeout, idempotent=opts.idempotent,
             ordered_stream=ordered, api_prefix=opts.api_prefix, bucket=opts.bucket is not None,
-            move_base=move_base, after_retry=after_retry,
+            move_base=move_base, after_retry=after_retry, replayed=replayed,
         ).start()
 
     return runtime.run(opened())
@@ -97,9 +99,12 @@ class WriteTask:
         self.ordering = OrderStage(plan, describe_target(opts))
         self.reduction = SequencedWrite(self) if plan.sequence is not None else None  # option 'sequenceBy'
         move_base, after_retry = self.retry.move_base if self.retry is not None else 0, False
-        if self.retry is None and opts.order == "subject" and opts.idempotent and plan.sequence is None:
+        checked = opts.order == "subject" and opts.idempotent and plan.sequence is None
+        if self.retry is None and checked:
             move_base, after_retry = retried_attempt()  # no replay records: its PubAcks tell (publish/recovery.py)
-        self.pub = open_publisher(opts, move_base, after_retry)
+        elif self.retry is not None and checked:
+            after_retry = True  # a duplicate of a row the records did not find: its copy may be gone (moves.py)
+        self.pub = open_publisher(opts, move_base, after_retry, replayed=self.retry is not None)
         self.refusals = Refusals(self)
 
     def write(self, batch: Any) -> None:
@@ -181,6 +186,10 @@ class WriteTask:
         while self.settle():  # creates put again, dead letters: drained and settled in turn
             runtime.run(self.pub.drain())
         self._delete_stale()
+        if self.pub.moves_finished or self.pub.restored:
+            log.warning("JetStream sink: partition %d finished %d moves an earlier attempt cut short (old copies "
+                        "deleted) and published again %d rows whose copy such a move had deleted",
+                        self.partition, self.pub.moves_finished, self.pub.restored)
         self.records.end(finished=True)
         return self._commit_message()
 
