@@ -205,3 +205,67 @@ def test_older_servers_fall_back_to_a_puback_per_row(spark, version, stream_name
             assert f"nats-server {version} has no fast-ingest batches" in str(info.value)
         finally:
             client.close()
+
+
+def test_each_subjects_order_holds_through_leader_step_downs_in_batches(nats_cluster):
+    """A write task publishes 60,000 rows over 4 subjects in fast-ingest batches to an R3 stream while its
+    leader steps down again and again: every batch the old leader left (a gap, an unknown batch, a 503)
+    resumes from the last flow ack with the same ids, so every row is stored once, each subject in order."""
+    import threading
+
+    import pyarrow as pa
+    from pyspark.sql.types import BinaryType, LongType, StringType, StructField, StructType
+
+    from pyspark_jetstream.sink.plan.sink_plan import plan_sink
+    from pyspark_jetstream.sink.task.write import write_partition
+
+    from .test_cluster import _step_down
+
+    rows, subjects, stream = 60_000, 4, "BATCHEDR3"
+    client = helpers.SyncNats(nats_cluster.url)
+    try:
+        client.api(f"STREAM.DELETE.{stream}")
+        client.add_stream(stream, [f"{stream}.>"], storage="file", num_replicas=3, allow_batched=True)
+        schema = StructType([StructField("subject", StringType()), StructField("data", BinaryType()),
+                             StructField("stream", StringType()), StructField("seq", LongType())])
+        plan = plan_sink({"servers": nats_cluster.url, "stream": stream, "sinkState": "none",
+                          "publish.mode": "batched"}, schema, overwrite=False, streaming=False)
+        assert plan.publish.batched
+
+        def batches():
+            for start in range(0, rows, 10_000):
+                ids = range(start, min(rows, start + 10_000))
+                yield pa.RecordBatch.from_pydict({"subject": [f"{stream}.s{i % subjects}" for i in ids],
+                                                  "data": [str(i).encode() for i in ids],
+                                                  "stream": ["SRC"] * len(ids), "seq": [i + 1 for i in ids]})
+
+        stop, downs = threading.Event(), []
+
+        def step_downs():  # one each time the stream holds another 12,000 messages: always mid-write
+            marks = list(range(8_000, rows, 12_000))
+            while marks and not stop.wait(0.02):
+                try:
+                    if client.stored_count(stream) >= marks[0]:
+                        marks.pop(0)
+                        downs.append(_step_down(client, stream))
+                except Exception as exc:  # a request lost mid-election: the next mark goes
+                    downs.append(repr(exc))
+
+        thread = threading.Thread(target=step_downs, daemon=True)
+        thread.start()
+        try:
+            message = write_partition(plan, batches())
+        finally:
+            stop.set()
+            thread.join(60)
+        assert any(d.startswith("jetstream-cluster") for d in downs), downs  # the leader did change mid-write
+        by_subject: dict[str, list[int]] = {}
+        for subject, data in client.subjects_and_data(stream):
+            by_subject.setdefault(subject, []).append(int(data))
+        for subject, values in by_subject.items():
+            assert values == sorted(values), f"{subject}: {sum(b < a for a, b in zip(values, values[1:], strict=False))} out of order"
+        assert sorted(v for vs in by_subject.values() for v in vs) == list(range(rows))  # each once
+        assert message.batches > 0 and message.published + message.duplicates == rows
+    finally:
+        client.api(f"STREAM.DELETE.{stream}")
+        client.close()
