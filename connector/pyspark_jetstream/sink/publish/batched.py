@@ -118,6 +118,15 @@ class BatchedPublisher:
         return self.acked.left_out_of_order
 
     @property
+    def moves_finished(self) -> int:
+        """Moves a retry finished (publish/moves.py): only the per-row path moves rows; batches never do."""
+        return self.acked.moves_finished
+
+    @property
+    def restored(self) -> int:
+        return self.acked.restored
+
+    @property
     def failures(self) -> list[AckFailure]:
         return self._failures + self.acked.failures
 
