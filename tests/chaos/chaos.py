@@ -210,7 +210,10 @@ def kv_stream(bucket: str, history: int, window_s: float, replicas: int) -> dict
             "storage": "file", "max_msgs": -1, "max_bytes": -1, "max_age": 0}
 
 
-def create_streams(url: str, replicas: int, window: float, dst_history: int = KV_HISTORY) -> None:
+def create_streams(url: str, replicas: int, window: float, dst_history: int = KV_HISTORY,
+                   batched: bool = False) -> None:
+    """The sources and the targets; ``batched``: the targets allow fast-ingest batches (the sink's
+    ``publish.mode=auto`` then writes through them, issue #48)."""
     async def work(nc):
         configs = [
             {"name": SRC, "subjects": ["dev.*"], "storage": "file", "num_replicas": replicas,
@@ -220,6 +223,8 @@ def create_streams(url: str, replicas: int, window: float, dst_history: int = KV
             kv_stream(KV_SRC, KV_HISTORY, SOURCE_WINDOW_S, replicas),
             kv_stream(KV_DST, dst_history, window, replicas),
         ]
+        if batched:
+            configs[1]["allow_batched"] = configs[3]["allow_batched"] = True
         if replicas > 1:  # the sink creates its state bucket R1; on a cluster it must survive a node
             state = kv_stream(STATE_BUCKET, 1, 120, replicas)
             state["max_age"] = 7 * 24 * 3600 * 10**9
@@ -725,7 +730,8 @@ class Phase:
             self.cluster.start()
         else:
             self.nodes[0].start()
-        create_streams(self.url, 3 if self.cluster is not None else 1, args.dup_window, args.dst_history)
+        create_streams(self.url, 3 if self.cluster is not None else 1, args.dup_window, args.dst_history,
+                       args.batched)
         self.publishers = Publishers(self.url, args.stream_rate, args.kv_rate).start()
         standby = any(f.kind.startswith("driver_kill") for f in faults)
         self.drivers = Drivers(self.workdir, self.url, standby, args.max_per_trigger)
@@ -802,19 +808,21 @@ class Phase:
 
     def evidence(self) -> dict:
         """What the drivers' logs say: query restarts, replays and rows the replay records kept back."""
-        replays = skipped = dup_dropped = 0
+        replays = skipped = dup_dropped = batches = 0
         failures: list[str] = []
         restarts = 0
         for driver in self.drivers.all:
             text = driver.log.read_text(errors="replace") if driver.log.exists() else ""
             replays += len(re.findall(r"JetStream sink: run \S+ partition \d+ replays", text))
             skipped += sum(int(n) for n in re.findall(r"(\d+) stored by an earlier attempt", text))
-            dup_dropped += sum(int(n) for n in re.findall(r"published, (\d+) duplicates dropped", text))
+            dup_dropped += sum(int(n) for n in re.findall(
+                r"published(?: in \d+ fast-ingest batches \([^)]*\))?, (\d+) duplicates dropped", text))
+            batches += sum(int(n) for n in re.findall(r"published in (\d+) fast-ingest batches", text))
             status = driver.status()
             restarts += sum((status.get("restarts") or {}).values())
             failures += status.get("failures") or []
         return {"replays": replays, "skipped": skipped, "dup_dropped": dup_dropped, "query_restarts": restarts,
-                "failures": failures}
+                "failures": failures, "batches": batches}
 
 
 # --------------------------------------------------------------------------- the checker (nats-py only)
@@ -950,6 +958,8 @@ def main() -> int:
     parser.add_argument("--max-per-trigger", type=int, default=20000, help="the reads' maxMessagesPerTrigger")
     parser.add_argument("--kv-rate", type=float, default=10.0, help="bucket updates per second")
     parser.add_argument("--catch-up", type=float, default=600.0, help="deadline for the copies to catch up (s)")
+    parser.add_argument("--batched", action="store_true",
+                        help="targets with allow_batched: the copies write in fast-ingest batches")
     parser.add_argument("--out", default=str(Path(__file__).parent / "results" / "chaos.md"))
     parser.add_argument("--driver", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--url", help=argparse.SUPPRESS)
@@ -1013,7 +1023,8 @@ def render(seed: int, args, duration: float, results) -> tuple[str, bool]:
     lines = [f"# Chaos soak: seed {seed}, {args.minutes:g} min of faults, phases {args.phases}",
              "", f"Command: `python tests/chaos/chaos.py --minutes {args.minutes:g} --seed {seed} --phases "
              f"{args.phases} --gap {args.gap:g}" + (f" --kinds {args.kinds}" if set(args.kinds.split(',')) !=
-                                                     set(ALL_KINDS) else "") + "`",
+                                                     set(ALL_KINDS) else "")
+             + f" --stream-rate {args.stream_rate:g}" + (" --batched" if args.batched else "") + "`",
              "", f"Wall time {duration / 60:.1f} min; duplicate window of both targets {args.dup_window:g}s; "
              f"{args.stream_rate:g} stream messages/s over {SUBJECTS} subjects, {args.kv_rate:g} bucket "
              f"updates/s over {KEYS} keys (every tenth a delete).", "",
@@ -1042,12 +1053,13 @@ def render(seed: int, args, duration: float, results) -> tuple[str, bool]:
                for k in kinds]
         lines.append(f"| {name} | " + " | ".join(str(n) for n in got) + f" | {sum(got)} |")
     lines += ["", "| phase | query restarts from the checkpoint | drivers that died by themselves | task replays "
-              "seen by the sink | rows the replay records kept back | duplicates the server dropped |",
-              "|---|---:|---:|---:|---:|---:|"]
+              "seen by the sink | rows the replay records kept back | duplicates the server dropped "
+              "| fast-ingest batches committed |",
+              "|---|---:|---:|---:|---:|---:|---:|"]
     for name, _c, _u, phase, ev in results:
         lines.append(f"| {name} | {ev['query_restarts']} | {phase.driver_deaths} + {phase.drivers.standby_deaths} "
                      f"standby | {ev['replays']} | "
-                     f"{ev['skipped']} | {ev['dup_dropped']} |")
+                     f"{ev['skipped']} | {ev['dup_dropped']} | {ev['batches']} |")
     lines += ["", "Fault log (seconds after the phase's copies started):", ""]
     for name, _c, _u, phase, _ev in results:
         lines += [f"- {name} {t:.1f}s {f.describe()}: {o}" for t, f, o in phase.done]
