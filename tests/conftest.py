@@ -20,9 +20,13 @@ os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 # Every JVM the tests start (this session's, and those of the jobs they run as their own
 # processes) compiles with C1 only: the tests' Spark jobs are short and their data tiny, so
 # C2's optimising compiles cost more CPU than they ever win back. Measured on 2 cores: the
-# same integration tests took 182 s instead of 224 s. Each JVM prints "Picked up
-# JAVA_TOOL_OPTIONS" on stderr once. A value the caller set is kept.
-os.environ.setdefault("JAVA_TOOL_OPTIONS", "-XX:TieredStopAtLevel=1")
+# same integration tests took 182 s instead of 224 s. And each maps the classes a Spark run loads
+# from a class-data-sharing archive built once (tests/jvm_archive.py): a JVM's start takes half the
+# CPU. Each JVM prints "Picked up JAVA_TOOL_OPTIONS" on stderr once. A value the caller set is kept.
+if "JAVA_TOOL_OPTIONS" not in os.environ:
+    from .jvm_archive import java_options
+
+    os.environ["JAVA_TOOL_OPTIONS"] = java_options()
 
 _names = itertools.count(1)
 

@@ -15,11 +15,16 @@ import re
 import pytest
 from pyspark.sql import functions as F
 
-from pyspark_jetstream.spark_api import PUSHDOWN, PUSHDOWN_CONF
+from pyspark_jetstream.spark_api import PUSHDOWN, PUSHDOWN_CONF, scoped_pushdown
 
 from ..helpers import kv_of, publish
 
 needs_pushdown = pytest.mark.skipif(not PUSHDOWN, reason="this PySpark has no filter pushdown for Python sources")
+# The differential tests of narrowing: where no pushed filter narrows a read (every released PySpark, issue #46),
+# the conf on and off give the one plain read, and tests/integration/test_pushdown_answers.py compares them
+# over the SQL patterns users write; the narrowing reader itself is driven in-process by test_pushdown_subjects.
+narrows_reads = pytest.mark.skipif(not scoped_pushdown(), reason="no released PySpark (4.0-4.3) narrows a read by "
+                                   "a pushed filter (issue #46): conf on and off are the same read here")
 
 
 def _read(spark, url: str, predicate: str, pushdown: bool, **options: str):
@@ -140,7 +145,7 @@ def _predicate(rng: random.Random, *args) -> str:
 QUERIES_PER_READ = 14
 
 
-@needs_pushdown
+@narrows_reads
 def test_pushdown_gives_the_rows_spark_alone_gives(conf_restored, nats_server, nats_client, stream_name):
     spark = conf_restored
     rng = random.Random(34)
@@ -178,7 +183,7 @@ def test_pushdown_gives_the_rows_spark_alone_gives(conf_restored, nats_server, n
     assert checked == len(reads) * QUERIES_PER_READ
 
 
-@needs_pushdown
+@narrows_reads
 @pytest.mark.parametrize("ending", [None, "last"])
 def test_time_and_sequence_bounds_are_exact_at_stored_values(conf_restored, nats_server, nats_client, stream_name,
                                                              ending):

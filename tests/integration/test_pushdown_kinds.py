@@ -13,7 +13,7 @@ from __future__ import annotations
 import pytest
 from pyspark.sql import functions as F
 
-from pyspark_jetstream.spark_api import PUSHDOWN_CONF
+from pyspark_jetstream.spark_api import PUSHDOWN_CONF, scoped_pushdown
 
 from ..helpers import wait_until
 
@@ -96,6 +96,8 @@ def kinds(nats_client, nats_server, stream_name):
     ]
 
 
+@pytest.mark.skipif(not scoped_pushdown(), reason="no released PySpark (4.0-4.3) narrows a read by a pushed filter "
+                    "(issue #46): conf on and off are the same read here (test_pushdown_answers compares them)")
 def test_every_kind_of_stream_reads_the_same_with_pushdown_on_and_off(conf_restored, kinds):
     spark = conf_restored
     for number, (options, predicates) in enumerate(kinds):
