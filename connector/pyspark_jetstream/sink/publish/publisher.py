@@ -47,7 +47,7 @@ import time
 
 from ...client.nats_internals import raw_subscribe, raw_unsubscribe
 from ...errors import AckTimeoutError, JetStreamConnectorError
-from .acks import DEAD_LETTER_TAG, AckFailure, AckTracker
+from .acks import DEAD_LETTER_TAG, AckTracker
 from .moves import Mover
 from .recovery import OrderedRecovery
 
@@ -111,8 +111,8 @@ class Publisher:
         return self
 
     # The counters the task reads, each owned by the part that counts it (the task takes the failures it settles).
-    failures: list[AckFailure] = property(lambda self: self.acks.failures,
-                                          lambda self, failures: setattr(self.acks, "failures", failures))
+    failures = property(lambda self: self.acks.failures,
+                        lambda self, failures: setattr(self.acks, "failures", failures))
     stored = property(lambda self: self.acks.stored)
     duplicates = property(lambda self: self.acks.duplicates)
     dead_lettered = property(lambda self: self.acks.dead_lettered)
