@@ -165,7 +165,8 @@ class SyncNats:
 
 
 async def fill_stream(url: str, subject: str, count: int, **connect_kwargs: Any) -> None:
-    """Publish ``count`` small messages fast (pipelined, every PubAck checked)."""
+    """Publish ``count`` small messages fast (pipelined, every PubAck checked); a ``subject`` with ``{}``
+    names the i-th message's subject (``subject.format(i)``)."""
     import nats
 
     nc = await nats.connect(url.split(","), **connect_kwargs)
@@ -181,7 +182,7 @@ async def fill_stream(url: str, subject: str, count: int, **connect_kwargs: Any)
 
     await nc.subscribe(inbox + ".*", cb=on_ack)
     for i in range(count):
-        await nc.publish(subject, b"p" * 100, reply=f"{inbox}.{i}")
+        await nc.publish(subject.format(i) if "{}" in subject else subject, b"p" * 100, reply=f"{inbox}.{i}")
         if i % 5000 == 4999:
             await nc.flush()
     await asyncio.wait_for(done.wait(), 60)

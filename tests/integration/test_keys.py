@@ -5,7 +5,6 @@ differently (a batch cut by ``max_bytes`` says no key is left while one is)."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import urllib.request
 
@@ -14,7 +13,7 @@ from pyspark.sql import functions as F
 
 from pyspark_jetstream.tools.server import EmbeddedNatsServer, _free_port
 
-from ..helpers import SyncNats, history, kv_keys
+from ..helpers import SyncNats, fill_stream, history, kv_keys
 from .test_direct_get import RELAY_PREFIX, _Relay
 
 
@@ -173,28 +172,6 @@ def test_sql_forms_read_only_their_keys(spark, nats_server, nats_client, users):
         spark.sql("DROP TABLE IF EXISTS keys_t")
 
 
-async def _fill(nc, subject: str, count: int) -> None:
-    """``count`` messages on ``subject.format(i)``, pipelined, every PubAck checked."""
-    inbox = nc.new_inbox()
-    done, acked, errors = asyncio.Event(), [0], []
-
-    async def on_ack(msg):
-        if b'"error"' in msg.data:
-            errors.append(msg.data)
-        acked[0] += 1
-        if acked[0] == count:
-            done.set()
-
-    sub = await nc.subscribe(inbox + ".*", cb=on_ack)
-    for i in range(count):
-        await nc.publish(subject.format(i), b"v%d" % i, reply=f"{inbox}.{i}")
-        if i % 2000 == 1999:
-            await nc.flush()
-    await asyncio.wait_for(done.wait(), 120)
-    await sub.unsubscribe()
-    assert not errors, errors[:3]
-
-
 def _sent(http: int) -> int:
     with urllib.request.urlopen(f"http://127.0.0.1:{http}/varz", timeout=10) as reply:
         return int(json.load(reply)["out_msgs"])
@@ -211,10 +188,9 @@ def test_a_lookup_by_option_costs_what_its_keys_hold_not_what_the_bucket_holds(s
 
             async def fill():
                 await client.js.create_key_value(bucket="WIDEKV", direct=True)
-                await _fill(client.nc, "$KV.WIDEKV.user{}", 20_000)
-                await _fill(client.nc, "wide.s{}", 100)
-                for _ in range(199):
-                    await _fill(client.nc, "wide.s{}", 100)
+                await fill_stream(server.url, "$KV.WIDEKV.user{}", 20_000)
+                for _ in range(200):
+                    await fill_stream(server.url, "wide.s{}", 100)
 
             client.run(fill(), timeout=300)
 

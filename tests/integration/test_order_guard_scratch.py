@@ -12,30 +12,15 @@ directory of the test's.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import sys
 from pathlib import Path
 
 from ..helpers import run_script
+from .test_subject_order import _by_subject, _interleaved
 
 JOB = Path(__file__).parent / "jobs" / "scratch_guard_job.py"
 SUBJECTS, ROUNDS = 40, 25
-
-
-def _interleaved(nats_client, subjects: list[str], rounds: int) -> None:
-    async def go():
-        for r in range(rounds):
-            await asyncio.gather(*(nats_client.js.publish(s, f"{s}:{r}".encode()) for s in subjects))
-
-    nats_client.run(go(), timeout=120)
-
-
-def _by_subject(messages, prefix: str = "") -> dict[str, list[bytes]]:
-    out: dict[str, list[bytes]] = {}
-    for m in messages:
-        out.setdefault(m.subject.removeprefix(prefix), []).append(m.data)
-    return out
 
 
 def test_a_copy_gets_the_same_verdict_whether_the_scratch_space_is_writable_or_not(nats_server, nats_client,

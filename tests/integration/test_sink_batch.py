@@ -419,7 +419,7 @@ def test_task_commit_message_counts_published_duplicates_dead_letters_expired(sp
     assert log_totals([first, second]) == {"published": 2, "duplicates": 2, "dead_lettered": 2, "expired": 2,
                                            "markers_skipped": 0, "already_stored": 0, "older_in_write": 0,
                                            "older_than_stored": 0, "out_of_order": 0, "reordered": 0, "left_out_of_order": 0, "shared_subjects": 0,
-                                           "unpositioned": 8}  # 4 rows a write, without 'seq': as they came
+                                           "unpositioned": 8, "batches": 0}  # 4 rows a write, without 'seq': as they came
     assert nats_client.stream_state(stream_name)["messages"] == 2
     # The dead letter carries a deterministic id too, so the second one was a duplicate in the DLQ stream.
     assert nats_client.stream_state(stream_name + "DLQ")["messages"] == 1

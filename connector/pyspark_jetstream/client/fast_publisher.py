@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import secrets
 import time
@@ -73,6 +74,10 @@ class FastIngestResult:
     batches: int
     resent: int
     refused: Refusal | None = None
+    duplicates: int = 0
+    """Of ``stored``, the messages known to be duplicates: those of batches whose final PubAck says
+    nothing new was stored (``seq`` 0, or a one-message batch's ``duplicate``). A batch that stored some
+    and dropped others says only its count: its duplicates are counted as stored."""
 
 
 def header_block(headers: Headers, msg_id: str | None) -> bytes:
@@ -94,6 +99,11 @@ def prepare(messages: Sequence[Message]) -> list[tuple[bytes, bytes, bytes]]:
 def _server_version(nc: Any) -> tuple[int, int, int]:
     version = nc.connected_server_version
     return version.major, version.minor, version.patch
+
+
+def server_version(nc: Any) -> tuple[int, int, int]:
+    """The connected server's version (major, minor, patch)."""
+    return _server_version(nc)
 
 
 async def check_stream(nc: Any, stream: str, *, api_prefix: str = "$JS.API", timeout: float = 5.0) -> dict:
@@ -171,8 +181,13 @@ class FastPublisher:
         self._changed.set()
 
     async def publish(self, messages: Sequence[Message]) -> FastIngestResult:
-        prepared = prepare(messages)
-        total, done, last_seq, resent = len(messages), 0, 0, 0
+        return await self.publish_prepared(prepare(messages), [m[0] for m in messages], [m[3] for m in messages])
+
+    async def publish_prepared(self, prepared: Sequence[tuple[bytes, bytes, bytes]], subjects: Sequence[str],
+                               msg_ids: Sequence[str | None]) -> FastIngestResult:
+        """:meth:`publish` of frames already cut around their reply subject (:func:`prepare`'s layout),
+        with each message's subject and ``Nats-Msg-Id`` beside them."""
+        total, done, last_seq, resent, duplicates = len(prepared), 0, 0, 0, 0
         first_batch = self._batches
         busy_since: float | None = None
         retries = 0
@@ -180,6 +195,14 @@ class FastPublisher:
         while done < total:
             size = total - done if self.max_batch <= 0 else min(self.max_batch, total - done)
             end = await self._batch(prepared, done, size)
+            final = self.window.final
+            if (end.kind == fi.RESUME and isinstance(final, fi.BatchError) and final.no_responders
+                    and not is_clustered(self._nc)):
+                # One server: no stream captures message ``at``'s subject (no leader to wait for); it is
+                # refused, as a plain publish would be, and nothing after it was stored.
+                end = dataclasses.replace(end, kind=fi.REFUSED, refused=final.at)
+            if isinstance(final, fi.BatchAck) and (final.seq == 0 or final.duplicate):
+                duplicates += end.stored  # the batch stored nothing new: all it counted were duplicates
             if end.stored or end.kind == fi.DONE:
                 progress_at = time.monotonic()
                 last_seq = end.stream_seq or last_seq
@@ -190,12 +213,13 @@ class FastPublisher:
             if end.kind == fi.REFUSED:
                 position = done + end.refused - 1
                 error = end.error
-                refusal = Refusal(position, messages[position][0], error.code, error.err_code, error.description)
-                return FastIngestResult(done + end.stored, last_seq, self._batches - first_batch, resent, refusal)
+                refusal = Refusal(position, subjects[position], error.code, error.err_code, error.description)
+                return FastIngestResult(done + end.stored, last_seq, self._batches - first_batch, resent, refusal,
+                                        duplicates)
             if end.kind == fi.FATAL or (end.kind == fi.RETRY and end.error.no_responders
                                         and not is_clustered(self._nc)):
                 raise FastIngestUnavailable(f"the stream refused the batch: {end.error}")
-            self._check_resend(messages, done + end.stored, end.in_doubt)
+            self._check_resend(msg_ids, done + end.stored, end.in_doubt)
             resent += end.in_doubt
             done += end.resume_from - 1
             now = time.monotonic()
@@ -208,18 +232,18 @@ class FastPublisher:
             elif now - progress_at > self.ack_timeout:
                 raise AckTimeoutError(f"Batches kept ending without storing anything for {self.ack_timeout:g}s "
                                       f"(at message {done}): {end.error or 'a gap'}")
-        return FastIngestResult(total, last_seq, self._batches - first_batch, resent)
+        return FastIngestResult(total, last_seq, self._batches - first_batch, resent, duplicates=duplicates)
 
     @staticmethod
-    def _check_resend(messages: Sequence[Message], first: int, in_doubt: int) -> None:
+    def _check_resend(msg_ids: Sequence[str | None], first: int, in_doubt: int) -> None:
         """Messages sent without a word back are resent: exactly-once only with their message id."""
-        missing = [p for p in range(first, first + in_doubt) if not messages[p][3]]
+        missing = [p for p in range(first, first + in_doubt) if not msg_ids[p]]
         if missing:
             raise JetStreamConnectorError(
                 f"The batch ended with {in_doubt} messages in doubt (from {first}), and message {missing[0]} has "
                 "no Nats-Msg-Id: resending it could store it twice.")
 
-    async def _batch(self, prepared: list[tuple[bytes, bytes, bytes]], base: int, size: int) -> fi.BatchEnd:
+    async def _batch(self, prepared: Sequence[tuple[bytes, bytes, bytes]], base: int, size: int) -> fi.BatchEnd:
         """One batch of ``prepared[base:base + size]``, sent and waited on until its end."""
         self._batches += 1
         self._batch_id = f"{secrets.token_hex(8)}{self._batches}"
@@ -254,7 +278,7 @@ class FastPublisher:
         return self.window.end()
 
     @staticmethod
-    def _frames(prepared: list[tuple[bytes, bytes, bytes]], base: int, head: bytes, first: int, last: int,
+    def _frames(prepared: Sequence[tuple[bytes, bytes, bytes]], base: int, head: bytes, first: int, last: int,
                 size: int) -> bytes:
         """Messages ``first..last`` (batch sequences) as one buffer of HPUB frames."""
         parts: list[bytes] = []

@@ -86,6 +86,13 @@ SINK_OPTIONS: tuple[OptionSpec, ...] = (
     OptionSpec("ackTimeout", "30s", "Expected a duration of at least 1s, such as '30s'.",
                "Fail the task when no PubAck arrives for this long while publishes are outstanding.",
                parse_duration_seconds(1.0)),
+    OptionSpec("publish.mode", "auto", "Expected one of 'auto', 'batched', 'acked'.",
+               "How rows are published to a stream or bucket. `batched`: in fast-ingest batches (nats-server "
+               "2.14.3+, a stream with `allow_batched`; one batch per slice of a task's rows, a flow ack every "
+               "few hundred rows instead of a PubAck per row); a write that cannot use them fails at start saying "
+               "why. `acked`: every row awaits its own PubAck. `auto`: batched where the target allows it, else "
+               "acked (the driver logs why once). See [Publish modes](#publish-modes).",
+               parse_choice("auto", "batched", "acked")),
     OptionSpec("deadLetterSubject", None, "Expected a publish subject without wildcards, captured by a stream.",
                "Rows rejected by the server or by client-side validation are published here (original subject "
                "and data, headers naming the error) instead of failing the write.", parse_subject),
@@ -137,6 +144,7 @@ class SinkOptions:
     sequence_by: str | None = None  # a KV write's ordering column (option 'sequenceBy', sink/reduce/sequencer.py)
     order: str = "subject"  # 'subject': each subject's rows in source order (sink/order/decide.py); 'none'
     order_max_buffer_bytes: int = 1 << 28
+    publish_mode: str = "auto"  # 'auto' | 'batched' | 'acked' (option 'publish.mode', sink/plan/publish_mode.py)
 
     @property
     def stream_request(self) -> StreamRequest:
@@ -176,6 +184,7 @@ def parse_sink_options(raw: Mapping[str, str], *, elsewhere: Sequence[OptionSpec
         connection=connection, ensure_stream=ensure, stream_settings=settings, bucket_settings=bucket_settings,
         api_prefix=api_prefix(values), state_bucket=values["sinkState"], state_ttl=values["sinkState.ttl"],
         order=values["order"], order_max_buffer_bytes=values["order.maxBufferBytes"],
+        publish_mode=values["publish.mode"],
         **as_fields(values, "stream", "subject", "defaultTtl", "preserveExpiry", "idempotent", "writeId",
                     "maxPendingAcks", "ackTimeout", "deadLetterSubject", "allowRollup", "bucket", "ensureBucket",
                     "sequenceBy"))

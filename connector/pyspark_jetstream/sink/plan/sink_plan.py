@@ -19,7 +19,8 @@ from ..records import replay_guard
 from ..records.replay_guard import GuardPlan
 from ..reduce import sequencer
 from ..reduce.sequencer import SequencePlan
-from . import stream_admin
+from . import publish_mode, stream_admin
+from .publish_mode import PublishMode
 
 log = get_logger("sink")
 
@@ -34,6 +35,7 @@ class SinkPlan:
     stream_subjects: tuple[str, ...] | None = None  # the subjects of option 'stream', as checked at start
     sequence: SequencePlan | None = None  # option 'sequenceBy' (sink/reduce/sequencer.py)
     row_schema: Any = None  # the input's pyarrow.Schema, where Spark gives the writer rows (row_batches)
+    publish: PublishMode = PublishMode()  # fast-ingest batches or a PubAck per row (option 'publish.mode')
 
 
 
@@ -70,9 +72,10 @@ def plan_sink(raw_options: Mapping[str, str], schema: Any, *, overwrite: bool, s
     needs_ttl = layout.can_carry_ttl or opts.default_ttl is not None or opts.preserve_expiry
 
     direct = False
+    mode = PublishMode()
 
     async def check() -> tuple[int, tuple[str, ...] | None]:
-        nonlocal direct
+        nonlocal direct, mode
         nc = await runtime.connection(opts.connection)
         subjects = None
         if opts.bucket is not None:
@@ -83,6 +86,7 @@ def plan_sink(raw_options: Mapping[str, str], schema: Any, *, overwrite: bool, s
         elif opts.subject is not None and needs_ttl:
             await stream_admin.check_capturing_stream(nc, opts.subject, opts.api_prefix)
         target = kv.stream_name(opts.bucket) if opts.bucket is not None else opts.stream
+        info = None
         if target is not None:
             info = await jsapi.stream_info(nc, target, opts.api_prefix)
             direct = bool(((info or {}).get("config") or {}).get("allow_direct"))
@@ -92,6 +96,7 @@ def plan_sink(raw_options: Mapping[str, str], schema: Any, *, overwrite: bool, s
                             "what the server keeps (see docs/guarantees.md).", target, "; ".join(risks))
         if opts.dead_letter_subject is not None:
             await stream_admin.check_dead_letter_subject(nc, opts.dead_letter_subject, opts.api_prefix)
+        mode = publish_mode.decide(nc, opts, (info or {}).get("config"))
         return nc.max_payload, subjects
 
     guard = _guard_plan(opts, streaming)
@@ -129,7 +134,7 @@ def plan_sink(raw_options: Mapping[str, str], schema: Any, *, overwrite: bool, s
     if sequence_column is not None:
         sequence = sequencer.SequencePlan(column=sequence_column, tag=sequence_tag, direct=direct)
     return SinkPlan(options=opts, layout=layout, encoder=encoder, run_id=run_id, guard=guard,
-                    stream_subjects=stream_subjects, sequence=sequence, row_schema=row_schema)
+                    stream_subjects=stream_subjects, sequence=sequence, row_schema=row_schema, publish=mode)
 
 
 def _guard_plan(opts: Any, streaming: bool) -> replay_guard.GuardPlan | None:

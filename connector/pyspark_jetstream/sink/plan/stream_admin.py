@@ -10,6 +10,7 @@ from ...logs import get_logger
 from ...options import SinkOptions
 from ...protocol import kv
 from ...protocol.stream_rules import StreamPlan, StreamRuleError, plan_stream
+from .publish_mode import allow_batches
 
 log = get_logger("stream_admin")
 
@@ -50,6 +51,16 @@ async def _overlapping(nc, config: dict, prefix: str) -> str:
         ". Write to that stream (option 'stream'), or give this one subjects no other stream captures")
 
 
+def _with_batches(nc, opts: SinkOptions, plan: StreamPlan) -> StreamPlan:
+    """A stream or bucket the sink creates takes fast-ingest batches where the server has them
+    (option 'publish.mode', sink/plan/publish_mode.py)."""
+    if plan.action != "create" or plan.config is None:
+        return plan
+    config = dict(plan.config)
+    change = allow_batches(nc, opts, config)
+    return plan if change is None else StreamPlan(plan.action, config, (*plan.changes, change))
+
+
 async def ensure_stream(nc, opts: SinkOptions, needs_ttl: bool) -> dict:
     """Check (and per ``ensureStream`` create or update) the target stream; return its config as it now is."""
     info = await jsapi.stream_info(nc, opts.stream, opts.api_prefix)
@@ -57,6 +68,7 @@ async def ensure_stream(nc, opts: SinkOptions, needs_ttl: bool) -> dict:
         plan = plan_stream(info["config"] if info else None, opts.stream_request, needs_ttl)
     except StreamRuleError as exc:
         raise StreamConfigError(str(exc)) from None
+    plan = _with_batches(nc, opts, plan)
     await _carry_out(nc, plan, f"stream '{opts.stream}'", "'stream.*'", opts.api_prefix)
     return plan.config if plan.config is not None else info["config"]
 
@@ -70,6 +82,7 @@ async def ensure_bucket(nc, opts: SinkOptions, needs_ttl: bool, *, may_purge: bo
                               opts.ensure_bucket, needs_ttl=needs_ttl, may_purge=may_purge)
     except StreamRuleError as exc:
         raise StreamConfigError(str(exc)) from None
+    plan = _with_batches(nc, opts, plan)
     await _carry_out(nc, plan, f"KV bucket '{opts.bucket}'", "'bucket.*'", opts.api_prefix)
     window = kv.short_duplicate_window(plan.config if plan.config else info["config"])
     if window is not None and opts.idempotent:

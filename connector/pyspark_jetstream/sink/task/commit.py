@@ -36,6 +36,7 @@ class SinkCommitMessage(WriterCommitMessage):
     reordered: int = 0  # messages moved back into their subject's order after a leader change (reorder)
     left_out_of_order: int = 0  # ... that the stream would not let the sink delete
     unpositioned: int = 0  # order=subject: rows published as they came, without 'seq', not straight from a read
+    batches: int = 0  # fast-ingest batches the rows went in (publish.mode; 0: a PubAck per row)
     run: str | None = None  # the task's run id (``<queryId>:<batchId>`` for a micro-batch)
     query_id: str | None = None  # a streaming write's query (the task's local properties), for the driver's log
     query_name: str | None = None
@@ -58,7 +59,7 @@ def log_totals(messages: Iterable[Any], batch_id: int | None = None, target: str
     driver can be told apart."""
     totals = {"published": 0, "duplicates": 0, "dead_lettered": 0, "expired": 0, "markers_skipped": 0,
               "already_stored": 0, "older_in_write": 0, "older_than_stored": 0, "out_of_order": 0, "reordered": 0,
-              "left_out_of_order": 0, "unpositioned": 0}
+              "left_out_of_order": 0, "unpositioned": 0, "batches": 0}
     query = None
     samples = []
     for m in messages:
@@ -73,9 +74,12 @@ def log_totals(messages: Iterable[Any], batch_id: int | None = None, target: str
     where = f"batch {batch_id}" if batch_id is not None else "write"
     whose = ", ".join(part for part in (query, f"to {target}" if target else None) if part)
     log.info(
-        "JetStream sink %s committed: %d published, %d duplicates dropped by the server%s, %d dead-lettered, "
+        "JetStream sink %s committed: %d published%s, %d duplicates dropped by the server%s, %d dead-lettered, "
         "%d expired before publishing%s%s",
-        where, totals["published"], totals["duplicates"],
+        where, totals["published"],
+        # A batch that stored some rows and dropped others reports only its count (publish/batched.py).
+        f" in {totals['batches']} fast-ingest batches (duplicates are counted only for batches that stored nothing "
+        "new: others count theirs as published)" if totals["batches"] else "", totals["duplicates"],
         # Besides retried tasks and replays, rows no generated id tells apart (MsgIds) land here.
         " (copies from a retried task or a replay, or rows sharing a Nats-Msg-Id)" if totals["duplicates"] else "",
         totals["dead_lettered"], totals["expired"],

@@ -31,6 +31,7 @@ from ..encode.rows import RowChoice, RowRejection
 from ..order.input_batches import sound
 from ..order.stage import OrderStage
 from ..plan.sink_plan import SinkPlan
+from ..publish.batched import BatchedPublisher
 from ..publish.publisher import Publisher
 from ..publish.retry_order import RetryMoves
 from ..records.attempt import ReplayRecords
@@ -54,24 +55,50 @@ def slices(batch: Any, step: int) -> list[Any]:
     return [batch.slice(offset, step) for offset in range(0, batch.num_rows, step)]
 
 
-def open_publisher(opts: Any, move_base: int, after_retry: bool = False, replayed: bool = False) -> Publisher:
+def open_publisher(opts: Any, move_base: int, after_retry: bool = False, replayed: bool = False,
+                   batched_to: tuple[str, ...] | None = None) -> Publisher | BatchedPublisher:
     """The task's publisher on the executor's shared connection; with ``order=subject`` its ordered recovery
     repairs a subject's order after a leader change (publish/recovery.py), and in a retried attempt
     (``after_retry``) moves the rows its predecessor stored ahead of a missing one and checks that a duplicate
     PubAck names a copy that is still there (``replayed``: every duplicate, the replay records having found no
-    copy of the row; publish/moves.py)."""
+    copy of the row; publish/moves.py). ``batched_to``: the target stream's subjects, to publish in
+    fast-ingest batches (publish/batched.py: a batch stores a prefix of its rows, so there is nothing to
+    repair or move)."""
     target = kv.stream_name(opts.bucket) if opts.bucket is not None else opts.stream
-    ordered = target if opts.order == "subject" else None
+    ordered = target if opts.order == "subject" and batched_to is None else None
 
-    async def opened() -> Publisher:
+    async def opened() -> Publisher | BatchedPublisher:
         nc = await runtime.connection(opts.connection)
-        return await Publisher(
+        pub = await Publisher(
             nc, max_pending=opts.max_pending_acks, ack_timeout=opts.ack_timeout, idempotent=opts.idempotent,
             ordered_stream=ordered, api_prefix=opts.api_prefix, bucket=opts.bucket is not None,
             move_base=move_base, after_retry=after_retry, replayed=replayed,
         ).start()
+        if batched_to is None:
+            return pub
+        return await BatchedPublisher(nc, pub, subjects=batched_to, ack_timeout=opts.ack_timeout).start()
 
     return runtime.run(opened())
+
+
+_said_why: set[str] = set()
+
+
+def batched_subjects(plan: SinkPlan, moves_rows: bool) -> tuple[str, ...] | None:
+    """The target's subjects when this task publishes in fast-ingest batches (option 'publish.mode'), else
+    None. A replay that may move rows an earlier attempt stored past a missing one (publish/retry_order.py)
+    needs each row's stream sequence: it publishes with a PubAck per row, and says so once per executor."""
+    mode = plan.publish
+    if not mode.batched:
+        return None
+    if moves_rows:
+        if mode.target not in _said_why:
+            _said_why.add(mode.target or "")
+            log.info("JetStream sink: a replay to %s publishes with a PubAck per row, not in fast-ingest batches: "
+                     "it may move rows an earlier attempt stored, which needs each row's stream sequence",
+                     mode.target)
+        return None
+    return mode.subjects
 
 
 class WriteTask:
@@ -99,12 +126,14 @@ class WriteTask:
         self.ordering = OrderStage(plan, describe_target(opts))
         self.reduction = SequencedWrite(self) if plan.sequence is not None else None  # option 'sequenceBy'
         move_base, after_retry = self.retry.move_base if self.retry is not None else 0, False
-        checked = opts.order == "subject" and opts.idempotent and plan.sequence is None
+        batched_to = batched_subjects(plan, self.retry is not None)
+        checked = opts.order == "subject" and opts.idempotent and plan.sequence is None and batched_to is None
         if self.retry is None and checked:
             move_base, after_retry = retried_attempt()  # no replay records: its PubAcks tell (publish/recovery.py)
         elif self.retry is not None and checked:
             after_retry = True  # a duplicate of a row the records did not find: its copy may be gone (moves.py)
-        self.pub = open_publisher(opts, move_base, after_retry, replayed=self.retry is not None)
+        self.pub = open_publisher(opts, move_base, after_retry, replayed=self.retry is not None,
+                                  batched_to=batched_to)
         self.refusals = Refusals(self)
 
     def write(self, batch: Any) -> None:
@@ -219,7 +248,7 @@ class WriteTask:
                                  out_of_order=ordering.out_of_order, subjects=ordering.sample,
                                  reordered=pub.reordered + (retry.moved if retry else 0),
                                  left_out_of_order=pub.left_out_of_order + (retry.left_in_place if retry else 0),
-                                 unpositioned=ordering.unpositioned or 0,
+                                 unpositioned=ordering.unpositioned or 0, batches=getattr(pub, "batches", 0),
                                  run=self.msg_ids.run if self.msg_ids is not None else None,
                                  query_id=self.query_id, query_name=self.query_name)
 

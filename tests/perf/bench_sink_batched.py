@@ -1,0 +1,128 @@
+"""The sink's write in fast-ingest batches against a PubAck per row and raw nats-py (issue #48).
+
+    python tests/perf/bench_sink_batched.py [--messages 100000] [--rounds 3] [--sizes 100,1024]
+
+One nats-server (R1, file streams of the same config, duplicate window 2 min); per round and size,
+in rotating order:
+
+- ``sink batched``: a write task of the sink (``write_partition``: encode, ids, publish, settle; no
+  Spark around it, whose own cost is the same in both modes) to a stream with ``allow_batched``,
+  ``publish.mode=batched``;
+- ``sink acked``: the same task to a stream without ``allow_batched`` (``auto`` falls back);
+- ``nats-py``: nats-py's pipelined ``publish`` with a window of 4,096 PubAcks (bench_fast_ingest.py).
+
+Every row has a ``Nats-Msg-Id``; each run's stream is checked to hold every message. Prints the
+medians of rows a second and their ratio to nats-py within the round.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import itertools
+import statistics
+import sys
+import time
+import uuid
+
+import nats
+import pyarrow as pa
+from nats.js.api import StreamConfig
+from pyspark.sql.types import BinaryType, StringType, StructField, StructType
+
+from pyspark_jetstream.client import runtime
+from pyspark_jetstream.sink.plan.sink_plan import plan_sink
+from pyspark_jetstream.sink.task.write import write_partition
+from pyspark_jetstream.tools.server import EmbeddedNatsServer
+
+from .bench_fast_ingest import _nats_py
+
+METHODS = ("sink batched", "sink acked", "nats-py")
+SCHEMA = StructType([StructField("subject", StringType()), StructField("data", BinaryType())])
+
+
+async def _stream(url: str, name: str, batched: bool) -> None:
+    nc = await nats.connect(url)
+    await nc.jetstream().add_stream(StreamConfig(name=name, subjects=[f"{name}.>"], allow_batched=batched or None,
+                                                 duplicate_window=120))
+    await nc.close()
+
+
+async def _count_and_delete(url: str, name: str) -> int:
+    nc = await nats.connect(url)
+    js = nc.jetstream()
+    stored = (await js.stream_info(name)).state.messages
+    await js.delete_stream(name)
+    await nc.close()
+    return stored
+
+
+def _sink(url: str, name: str, n: int, size: int, batched: bool) -> float:
+    plan = plan_sink({"servers": url, "stream": name, "sinkState": "none", "order": "none",
+                      "publish.mode": "batched" if batched else "auto"}, SCHEMA, overwrite=False, streaming=False)
+    assert plan.publish.batched == batched
+    payload = b"x" * size
+
+    def batches():
+        for start in range(0, n, 10_000):
+            ids = range(start, min(n, start + 10_000))
+            yield pa.RecordBatch.from_pydict({"subject": [f"{name}.{i % 16}" for i in ids], "data": [payload] * len(ids)})
+
+    started = time.perf_counter()
+    message = write_partition(plan, batches())
+    elapsed = time.perf_counter() - started
+    assert message.published == n, message
+    return n / elapsed
+
+
+def _raw(url: str, name: str, n: int, size: int) -> float:
+    async def go() -> float:
+        nc = await nats.connect(url, pending_size=64 * 1024 * 1024)
+        payload = b"x" * size
+        messages = [(f"{name}.{p % 16}", None, payload, f"{name}-{p}") for p in range(n)]
+        started = time.perf_counter()
+        await _nats_py(nc, messages)
+        elapsed = time.perf_counter() - started
+        await nc.close()
+        return n / elapsed
+
+    return asyncio.run(go())
+
+
+def bench(url: str, size: int, n: int, rounds: int) -> dict[str, list[float]]:
+    rates: dict[str, list[float]] = {m: [] for m in METHODS}
+    ratios: dict[str, list[float]] = {m: [] for m in METHODS}
+    order = itertools.cycle(itertools.permutations(METHODS))
+    for _ in range(rounds):
+        found = {}
+        for method in next(order):
+            name = f"BS{uuid.uuid4().hex[:10]}"
+            runtime.run(_stream(url, name, method == "sink batched"))
+            if method == "nats-py":
+                found[method] = _raw(url, name, n, size)
+            else:
+                found[method] = _sink(url, name, n, size, method == "sink batched")
+            assert runtime.run(_count_and_delete(url, name)) == n, method
+        for method, rate in found.items():
+            rates[method].append(rate)
+            ratios[method].append(rate / found["nats-py"])
+    return {m: (statistics.median(rates[m]), statistics.median(ratios[m])) for m in METHODS}
+
+
+def main(argv: list[str]) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--messages", type=int, default=100_000)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--sizes", default="100,1024")
+    args = parser.parse_args(argv)
+    print("| payload | " + " | ".join(METHODS) + " |")
+    print("|---|" + "---:|" * len(METHODS))
+    with EmbeddedNatsServer() as server:
+        for size in (int(s) for s in args.sizes.split(",")):
+            result = bench(server.url, size, args.messages, args.rounds)
+            cells = [f"{rate:,.0f} /s ({ratio:.2f})" for rate, ratio in (result[m] for m in METHODS)]
+            print(f"| {size} B | " + " | ".join(cells) + " |", flush=True)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
