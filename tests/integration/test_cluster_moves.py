@@ -17,7 +17,8 @@ import time
 import pytest
 
 from pyspark_jetstream.sink.encode.msg_ids import move_base
-from pyspark_jetstream.sink.publish.publisher import Publisher
+from pyspark_jetstream.sink.publish.moves import Mover
+from pyspark_jetstream.sink.publish.recovery import OrderedRecovery
 from pyspark_jetstream.sink.task import write as write_module
 
 from ..helpers import SyncNats
@@ -43,7 +44,7 @@ def _kill_at(monkeypatch, point: str, killed: threading.Event) -> None:
     """Make the first move raise at ``point``: 'before-send' (its frames renamed, nothing sent, nothing deleted) or
     'before-delete' (its new copies acknowledged, the old ones still stored)."""
     if point == "before-send":
-        move = Publisher._move
+        move = OrderedRecovery._move
 
         async def killing_move(self, frames, delete_first=False):
             again, first_sends = await move(self, frames, delete_first)
@@ -52,17 +53,17 @@ def _kill_at(monkeypatch, point: str, killed: threading.Event) -> None:
                 raise TaskKilled("killed before the moved copies went out")
             return again, first_sends
 
-        monkeypatch.setattr(Publisher, "_move", killing_move)
+        monkeypatch.setattr(OrderedRecovery, "_move", killing_move)
     else:
-        delete = Publisher._delete_replaced
+        delete = Mover.delete_replaced
 
-        async def killing_delete(self):
-            if any(token not in self._inflight for token in self._replaced):
+        async def killing_delete(self, inflight, refused_positions):
+            if any(token not in inflight for token in self.replaced):
                 killed.set()
                 raise TaskKilled("killed before the old copies were deleted")
-            await delete(self)
+            await delete(self, inflight, refused_positions)
 
-        monkeypatch.setattr(Publisher, "_delete_replaced", killing_delete)
+        monkeypatch.setattr(Mover, "delete_replaced", killing_delete)
 
 
 def _first_attempt_killed(client: SyncNats, plan, killed: threading.Event) -> bool:

@@ -53,7 +53,7 @@ async def _one(ordered: bool, frames: int) -> tuple[float, float]:
             replies.append((f"_INBOX.bench.{p}".encode(), b"", b'{"stream":"S","seq":%d}' % seq, None))
         t = time.perf_counter()
         for i in range(0, n, RUN):
-            pub._on_ack_frames(replies[i:i + RUN])
+            pub.acks.on_frames(replies[i:i + RUN])
         acks += time.perf_counter() - t
         position += n
     assert pub.stored == frames and not pub._inflight, (pub.stored, len(pub._inflight))

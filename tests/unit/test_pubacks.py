@@ -63,8 +63,8 @@ def test_a_run_of_pubacks_settles_as_one_frame_at_a_time_does(seed):
     for _ in range(4):
         frames = [reply(rng, rng.choice(tokens + ["999999"])) for _ in range(rng.randrange(0, window + 3))]
         for subject, _reply, data, headers in frames:  # the per-ack path, one frame at a time
-            one._on_ack(subject[len(PREFIX):].decode(), data, headers)
-        run._on_ack_frames(frames)
+            one.acks.on_ack(subject[len(PREFIX):].decode(), data, headers)
+        run.acks.on_frames(frames)
         assert state(run) == state(one)
     assert run.stored + run.duplicates + run.dead_lettered + len(run.failures) > 0
 
@@ -134,10 +134,10 @@ def test_a_publisher_settles_acks_of_streams_named_error_or_duplicate_as_stored(
         pub._inflight[token] = (int(token.lstrip(DEAD_LETTER_TAG)), b"frame", "S.x", None, None, 0, 0)
     frames = [((PREFIX + t).encode(), b"", data, None) for t, data in zip(tokens, acks + dead, strict=True)]
     if fast:
-        pub._on_ack_frames(frames)
+        pub.acks.on_frames(frames)
     else:
         for subject, _reply, data, headers in frames:
-            pub._on_ack(subject[len(PREFIX):].decode(), data, headers)
+            pub.acks.on_ack(subject[len(PREFIX):].decode(), data, headers)
     assert (pub.stored, pub.duplicates, pub.dead_lettered) == (len(PLAIN_ACKS) + 1, len(DUPLICATE_ACKS), 2)
     assert [(f.position, f.code, f.err_code, f.dead_letter) for f in pub.failures] == [
         (len(PLAIN_ACKS) + len(DUPLICATE_ACKS) + k, c, e, False) for k, (_, c, e, _d) in enumerate(ERROR_ACKS[:3])

@@ -19,6 +19,7 @@ from pyspark_jetstream.sink.encode.msg_ids import base_id
 from pyspark_jetstream.sink.publish import publisher as publisher_module
 from pyspark_jetstream.sink.publish import recovery
 from pyspark_jetstream.sink.publish.publisher import Publisher
+from pyspark_jetstream.sink.publish.recovery import OrderBook
 from pyspark_jetstream.sink.records import replay_guard
 
 STREAM = "S"
@@ -248,13 +249,13 @@ def test_frames_answered_in_order_are_not_remembered_and_a_loss_after_them_is_st
     fake = FakeClusteredStream(script)
     _install(monkeypatch, fake)
     remembered: list[int] = []
-    remember = Publisher._remember_stored
+    remember = OrderBook.remember
 
     def spy(self, token, send_no, sent, seq):
         remembered.append(sent[0])
         remember(self, token, send_no, sent, seq)
 
-    monkeypatch.setattr(Publisher, "_remember_stored", spy)
+    monkeypatch.setattr(OrderBook, "remember", spy)
 
     async def write() -> Publisher:
         pub = await Publisher(fake, max_pending=16, ack_timeout=10.0, idempotent=True, ordered_stream=STREAM).start()
@@ -272,7 +273,7 @@ def test_frames_answered_in_order_are_not_remembered_and_a_loss_after_them_is_st
     assert fake.payloads("S.a") == [str(p).encode() for p in range(0, 160, 2)]
     assert fake.payloads("S.b") == [str(p).encode() for p in range(1, 160, 2)]
     assert pub.reordered > 0 and pub.stored == 160 and pub.failures == []
-    assert not pub._stored_recent and not pub._pending  # all forgotten once calm
+    assert not pub.recovery.book.stored_recent and not pub.recovery.book.pending  # all forgotten once calm
 
 
 def test_a_retried_attempt_moves_what_its_predecessor_stored_ahead_of_a_missing_row(monkeypatch):

@@ -6,7 +6,7 @@ import random
 
 from pyspark_jetstream.protocol.frames import hpub_frame, parse_hpub_frame
 from pyspark_jetstream.sink.encode.msg_ids import base_id, moved_id
-from pyspark_jetstream.sink.publish.publisher import Publisher
+from pyspark_jetstream.sink.publish.moves import Mover
 from pyspark_jetstream.sink.publish.reorder import Stored, ahead
 
 
@@ -46,9 +46,8 @@ def test_a_moved_message_carries_its_rows_id_with_a_suffix_the_replay_records_re
 def test_the_publisher_renames_a_frame_and_keeps_everything_else():
     block = b"NATS/1.0\r\nNats-Msg-Id: run:S.5:abc\r\nNats-TTL: 1h\r\nNats-Expected-Stream: T\r\n\r\n"
     frame = hpub_frame("T.s1", "_INBOX.x.5", block, b"payload")
-    publisher = Publisher.__new__(Publisher)
-    publisher._rounds, publisher.reply_prefix = 3, "_INBOX.x."
-    renamed = publisher._renamed((5, frame, "T.s1", "1h", "run:S.5:abc", len(block), 7))
+    mover = Mover(None, "T", "$JS.API", False, 5.0)
+    renamed = mover.renamed((5, frame, "T.s1", "1h", "run:S.5:abc", len(block), 7), "_INBOX.x.", 3)  # round 3
     subject, new_block, payload = parse_hpub_frame(renamed[1])
     assert (subject, payload, renamed[4]) == ("T.s1", b"payload", "run:S.5:abc:o3")
     assert new_block == block.replace(b"run:S.5:abc", b"run:S.5:abc:o3") and renamed[5] == len(new_block)

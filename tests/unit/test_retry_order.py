@@ -63,14 +63,15 @@ def test_after_the_walk_every_subject_is_in_the_task_order_once():
 
 def test_a_retried_attempt_numbers_its_moved_copies_apart():
     from pyspark_jetstream.protocol.frames import hpub_frame
+    from pyspark_jetstream.sink.publish.moves import Mover
     from pyspark_jetstream.sink.publish.publisher import Publisher
 
     block = b"NATS/1.0\r\nNats-Msg-Id: run:0:5\r\n\r\n"
     frame = (5, hpub_frame("T.s1", "_INBOX.x.5", block, b"p"), "T.s1", None, "run:0:5", len(block), 1)
     publisher = Publisher.__new__(Publisher)
-    publisher._rounds, publisher.reply_prefix, publisher._move_base = 2, "_INBOX.x.", 7000
+    publisher.reply_prefix, publisher.mover = "_INBOX.x.", Mover(None, "T", "$JS.API", False, 5.0, move_base=7000)
     assert publisher.moved_copy(frame)[4] == "run:0:5:o7000"  # the retry's own move
-    assert publisher._renamed(frame)[4] == "run:0:5:o7002"  # a leader-change round of the same attempt
+    assert publisher.mover.renamed(frame, "_INBOX.x.", 2)[4] == "run:0:5:o7002"  # a leader-change round (2) of it
 
 
 def test_a_replays_frames_are_walked_in_order_moved_behind_the_missing_row_and_their_old_copies_deleted_after():

@@ -7,13 +7,15 @@ duplicate of the old copy, so a moved frame gets :func:`~pyspark_jetstream.sink.
 attempt (``move_base``) and per recovery round. A target that denies deletes keeps its copy where it
 is: counted, never stored twice.
 
-:class:`Moves` is one part of :class:`~pyspark_jetstream.sink.publish.publisher.Publisher`.
+:class:`Mover` is one part of :class:`~pyspark_jetstream.sink.publish.publisher.Publisher` (``pub.mover``): it owns
+the attempt's ``move_base``, the old copies waiting for their moved copy's PubAck (``replaced``), and the
+counts of what it moved. It reads and deletes messages of the target; which frames to move, and when, is
+the ordered recovery's (:mod:`.recovery`) or the retried attempt's (:mod:`.retry_order`).
 """
 
 from __future__ import annotations
 
 import asyncio
-import collections
 import time
 
 from ...errors import JetStreamConnectorError
@@ -30,19 +32,22 @@ def is_conditional(sent: tuple) -> bool:
     return _CONDITIONAL in frame[end - header_len:end]
 
 
-class Moves:
+class Mover:
     """Deleting stored copies and renaming frames (module docstring)."""
 
-    # Moved copies are numbered from here (``:o<move_base + round>``): a retried attempt numbers its own
-    # apart from its predecessors' (retry_order), whose copies it may delete while the server still
-    # remembers their ids.
-    _move_base = 0
-
-    def moved_copy(self, sent: tuple) -> tuple:
-        """``sent`` (OutFrame layout) under this attempt's own moved id (``:o<move_base>``): a retried attempt
-        publishes it behind a row its predecessor left missing, then deletes the copy stored ahead
-        (:meth:`delete_stored`, :mod:`.retry_order`)."""
-        return self._renamed(sent, self._move_base)
+    def __init__(self, nc, stream: str | None, api_prefix: str, bucket: bool, ack_timeout: float,
+                 move_base: int = 0) -> None:
+        self._nc, self._stream, self._api_prefix, self._bucket = nc, stream, api_prefix, bucket
+        self._ack_timeout = ack_timeout
+        # Moved copies are numbered from here (``:o<move_base + round>``): a retried attempt numbers its own
+        # apart from its predecessors' (retry_order), whose copies it may delete while the server still
+        # remembers their ids.
+        self.move_base = move_base
+        self.replaced: dict[str, list[int]] = {}  # token -> old copies to delete once its moved copy is stored
+        self._deny_delete: bool | None = None  # the target's deny_delete, asked before the first move
+        self.reordered = 0  # messages deleted and published again in their subject's order
+        self.moves_finished = 0  # old copies deleted whose moved copy an earlier attempt had stored
+        self.left_out_of_order = 0  # ... that the stream would not let the sink delete
 
     async def delete_stored(self, seqs: list[int]) -> int:
         """Delete the messages at ``seqs`` of the target (no erase), asked again while it has no leader; how
@@ -53,47 +58,44 @@ class Moves:
             refused += sum(1 for deleted in kept if not deleted)
         return refused
 
-    async def _move(self, frames: list, delete_first: bool = False) -> tuple[list[str], dict[str, int]]:
-        """Make the stored frames ``frames`` (:class:`.reorder.Stored`) ready to send again under a new id: (their
-        tokens, their first send numbers). Their old copies are deleted only once the new ones are acknowledged
-        (:meth:`_delete_replaced`): a task that dies in between leaves a row stored twice, which its retry sorts
-        out (:meth:`_check_duplicates`), never a row lost. ``delete_first``: a compare-and-set repair, whose frame
-        expects its subject's last sequence, so the copies stored ahead of it must go before it is sent
+    async def move(self, frames: list[tuple[str, int, tuple]], reply_prefix: str, round_no: int,
+                   delete_first: bool = False) -> list[tuple[str, tuple, int]]:
+        """Make the stored frames ``frames`` (token, the sequence it is stored at, its remembered entry: send no,
+        position, subject, seq, sent) ready to send again under a new id (round ``round_no``): (token, the renamed
+        frame, its first send number) for each to send. Their old copies are deleted only once the new ones are
+        acknowledged (:meth:`delete_replaced`): a task that dies in between leaves a row stored twice, which its
+        retry sorts out (:meth:`finish_moves`), never a row lost. ``delete_first``: a compare-and-set repair, whose
+        frame expects its subject's last sequence, so the copies stored ahead of it must go before it is sent
         (:func:`.reorder.in_place`; docs/guarantees.md says why nothing is lost). A stream that denies deletes
         keeps its copies where they are: counted, never stored twice."""
-        again, first_sends = [], {}
+        out = []
         denied = bool(frames) and await self._deletes_denied()
-        for frame in frames:
-            entry = self._stored_recent.pop(frame.token)
-            self._dup_tokens.discard(frame.token)
+        for token, seq, entry in frames:
             if entry[4] is None:  # a subject's mark (recovery._stored_behind): stored in its place, never moved
                 continue
             if denied and not self._bucket:
                 self.left_out_of_order += 1  # the stream keeps it where it is: counted, never stored twice
                 continue
             if delete_first and not denied:
-                if not await self._delete(frame.seq) and not self._bucket:
+                if not await self._delete(seq) and not self._bucket:
                     self.left_out_of_order += 1
                     continue
             elif not denied:
-                self._replaced.setdefault(frame.token, []).append(frame.seq)  # deleted once the new copy is stored
-            self.stored -= 1
+                self.replaced.setdefault(token, []).append(seq)  # deleted once the new copy is stored
             self.reordered += 1
-            self._inflight[frame.token] = self._renamed(entry[4])
-            again.append(frame.token)
-            first_sends[frame.token] = entry[0]
-        return again, first_sends
+            out.append((token, self.renamed(entry[4], reply_prefix, round_no), entry[0]))
+        return out
 
-    async def _delete_replaced(self) -> None:
-        """Delete the old copies of the moved frames whose new copy is acknowledged (no longer in flight). A new
-        copy the server refused leaves its old one where it is: a row is never left with no copy."""
-        done = [token for token in self._replaced if token not in self._inflight]
+    async def delete_replaced(self, inflight: dict, refused_positions: set[int]) -> None:
+        """Delete the old copies of the moved frames whose new copy is acknowledged (no longer in ``inflight``). A
+        new copy the server refused (``refused_positions``) leaves its old one where it is: a row is never left
+        with no copy."""
+        done = [token for token in self.replaced if token not in inflight]
         if not done:
             return
-        refused_positions = {f.position for f in self.failures if not f.dead_letter}
         seqs = []
         for token in done:
-            old = self._replaced.pop(token)
+            old = self.replaced.pop(token)
             if int(token) not in refused_positions:
                 seqs.extend(old)
         if seqs:
@@ -111,52 +113,34 @@ class Moves:
             self._deny_delete = bool(((info or {}).get("config") or {}).get("deny_delete", False))
         return self._deny_delete
 
-    async def _check_duplicates(self, flagged: set[str]) -> bool:
-        """A retried attempt (``_tops``): the remembered frames whose sequence a duplicate PubAck gave (a copy an
-        earlier attempt stored) that are to move (``flagged``), or all of them when the replay records told this
-        attempt what was stored (``_verify_dups``: a duplicate then names a copy the records did not find).
+    async def finish_moves(self, entries: dict[str, tuple]) -> tuple[dict[str, int], list[str]]:
+        """A retried attempt: the remembered frames ``entries`` (token -> send no, position, subject, seq, sent)
+        whose sequence a duplicate PubAck gave (a copy an earlier attempt stored), checked in the target.
 
         For each, a moved copy of the row (``<id>:o<n>``, the newest) an earlier attempt stored stands for it: its
         old copies still there are deleted (that move was cut short after its new copy was stored) and the frame
         is taken as stored there. With no moved copy and its own copy gone (a move cut short before its new copy
-        was stored, or a compare-and-set repair's delete), the duplicate does not count: the row is sent again
-        under a moved id. Whether rows went out again (their answers come before the order check)."""
-        suspects = [t for t in self._dup_tokens if t in self._stored_recent and (self._verify_dups or t in flagged)]
-        if not suspects:
-            return False
+        was stored, or a compare-and-set repair's delete), the duplicate does not count. Returns (token -> the
+        sequence of the moved copy that stands for it, the tokens whose row has no copy left)."""
         from ..encode.msg_ids import base_id
         from ..records import replay_guard
 
-        self._dup_tokens.difference_update(suspects)
-        entries = {t: self._stored_recent[t] for t in suspects}
         copies = await replay_guard.moved_copies(self._nc, self._stream, self._api_prefix,
                                                  min(e[3] for e in entries.values()),
                                                  {base_id(e[4][4]) for e in entries.values()}, self._ack_timeout)
         present = await asyncio.gather(*(self._still_there(e[3]) for e in entries.values()))
-        stale, lost = [], []
+        stale, lost, standing = [], [], {}
         for (token, entry), there in zip(entries.items(), present, strict=True):
             moved = sorted(copies.get(base_id(entry[4][4]), ()))
             if moved:
                 stale.extend(moved[:-1] + ([entry[3]] if there else []))
-                self._stored_recent[token] = (*entry[:3], moved[-1], entry[4])
+                standing[token] = moved[-1]
                 self.moves_finished += 1
             elif not there:
                 lost.append(token)
         if stale:
             self.left_out_of_order += await self.delete_stored(stale)
-        if not lost:
-            return False
-        self._rounds += 1
-        lost.sort(key=lambda t: self._stored_recent[t][1])
-        first_sends = {}
-        for token in lost:
-            entry = self._stored_recent.pop(token)
-            self._inflight[token] = self._renamed(entry[4])
-            first_sends[token] = entry[0]
-        self.duplicates -= len(lost)  # the server's "duplicate" named a copy that is gone: not stored
-        self.restored += len(lost)
-        await self._send_again(lost, first_sends)
-        return True
+        return standing, lost
 
     async def _still_there(self, seq: int) -> bool:
         """Whether the target holds a message at ``seq``. A retried attempt's duplicate names the sequence its
@@ -187,26 +171,15 @@ class Moves:
         raise JetStreamConnectorError(f"Could not delete message {seq} of stream '{self._stream}' to put it back in "
                                       "its subject's order after a leader change: the stream answered no delete.")
 
-    async def _send_again(self, tokens: list[str], first_sends: dict[str, int] | None = None) -> None:
-        """Send ``tokens`` again, in this order. Unanswered ones keep their place among the pending;
-        ``first_sends`` numbers the others (moved frames: their PubAck had come)."""
-        if first_sends:
-            self._pending.update(first_sends)
-            self._pending = collections.OrderedDict(sorted(self._pending.items(), key=lambda item: item[1]))
-        self._done.clear()
-        self.resent += len(tokens)
-        self._last_reply = time.monotonic()
-        await self._send(b"".join(self._inflight[t][1] for t in tokens))  # progress is a PubAck, not a resend
-
-    def _renamed(self, sent: tuple, number: int | None = None) -> tuple:
-        """``sent`` under a new id (:func:`~pyspark_jetstream.sink.encode.msg_ids.moved_id`, numbered ``number``,
-        else by this round): its stored copy was deleted (or is to be), and the server would take the old id
-        for a duplicate."""
+    def renamed(self, sent: tuple, reply_prefix: str, round_no: int = 0) -> tuple:
+        """``sent`` (OutFrame layout) under a new id (:func:`~pyspark_jetstream.sink.encode.msg_ids.moved_id`,
+        numbered ``move_base + round_no``; round 0 is a retried attempt's own, :mod:`.retry_order`): its stored
+        copy was deleted (or is to be), and the server would take the old id for a duplicate."""
         from ...protocol.frames import hpub_frame, parse_hpub_frame
 
         position, frame, subject, ttl, msg_id, _, payload_len = sent[:7]
         _, block, payload = parse_hpub_frame(frame)
-        new_id = moved_id(msg_id, self._move_base + self._rounds if number is None else number)
+        new_id = moved_id(msg_id, self.move_base + round_no)
         block = block.replace(f"Nats-Msg-Id: {msg_id}\r\n".encode(), f"Nats-Msg-Id: {new_id}\r\n".encode(), 1)
-        new_frame = hpub_frame(subject, f"{self.reply_prefix}{position}", block, payload)
+        new_frame = hpub_frame(subject, f"{reply_prefix}{position}", block, payload)
         return (position, new_frame, subject, ttl, new_id, len(block), payload_len, *sent[7:])

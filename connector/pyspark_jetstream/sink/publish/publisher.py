@@ -31,10 +31,12 @@ same frame again (the server drops a copy that was stored after all, by its
 With ``ordered`` (``order=subject`` in a cluster) a resend could land behind later frames of its
 subject: such trouble runs a recovery instead (:mod:`.recovery`).
 
-The class is built of its concerns: this module's pipelining (the window, sends and resends, the
-waits), :class:`~.acks.PubAcks` (what each reply means), :class:`~.recovery.OrderedRecovery` and
-:class:`~.moves.Moves` (deleting stored copies, renaming frames). Each holds its own state; they
-share the frames in flight.
+The publisher owns the window (the frames in flight, its events, sends and resends, the waits) and
+holds three parts, each owning its state: ``acks``, an :class:`~.acks.AckTracker` (what each reply
+means; the counters and the failures), ``recovery``, an :class:`~.recovery.OrderedRecovery` (the
+ordered publisher's send numbers, the stored frames that may still move, the repair rounds), and
+``mover``, a :class:`~.moves.Mover` (renaming frames, deleting stored copies; ``move_base``). The
+parts work on the window through the publisher; the counters the task reads are properties here.
 """
 
 from __future__ import annotations
@@ -45,8 +47,8 @@ import time
 
 from ...client.nats_internals import raw_subscribe, raw_unsubscribe
 from ...errors import AckTimeoutError, JetStreamConnectorError
-from .acks import DEAD_LETTER_TAG, PubAcks
-from .moves import Moves
+from .acks import DEAD_LETTER_TAG, AckTracker
+from .moves import Mover
 from .recovery import OrderedRecovery
 
 RETRY_503_INTERVAL = 0.25
@@ -56,7 +58,7 @@ RESEND_AFTER_SILENCE = 2.0
 """Seconds without any PubAck after which a clustered, idempotent publisher resends what is in flight."""
 
 
-class Publisher(PubAcks, OrderedRecovery, Moves):
+class Publisher:
     """Publishes a task's frames through a window of unacknowledged ones (module docstring)."""
 
     def __init__(self, nc, *, max_pending: int, ack_timeout: float, idempotent: bool = False,
@@ -68,8 +70,12 @@ class Publisher(PubAcks, OrderedRecovery, Moves):
         from ...client.nats_internals import is_clustered
 
         self._retry_503 = is_clustered(nc)
-        self._init_recovery(ordered_stream, api_prefix, bucket, move_base, after_retry, replayed)
-        self._init_acks()
+        self.acks = AckTracker(self)
+        # Ordered recovery (recovery's docstring): every frame to one stream, ids to resend safely, a cluster; or
+        # a retried attempt without replay records, on any server (recovery.OrderBook.stored_behind).
+        ordered = ordered_stream is not None and idempotent and (self._retry_503 or after_retry)
+        self.recovery = OrderedRecovery(self, ordered_stream, api_prefix, ordered, after_retry, replayed)
+        self.mover = Mover(nc, ordered_stream, api_prefix, bucket, ack_timeout, move_base)
         self._first_503: dict[str, float] = {}
         self._retry_due: set[str] = set()
         self._retry_task: asyncio.Task | None = None
@@ -101,8 +107,43 @@ class Publisher(PubAcks, OrderedRecovery, Moves):
         self.reply_prefix = inbox + "."
         self._prefix_len = len(self.reply_prefix)
         # PubAcks arrive as raw frames, straight from nats-py's parser: no Msg, queue or task per ack.
-        self._sub = await raw_subscribe(self._nc, inbox + ".*", self._on_ack_frame, self._on_ack_frames)
+        self._sub = await raw_subscribe(self._nc, inbox + ".*", self.acks.on_frame, self.acks.on_frames)
         return self
+
+    # The counters the task reads, each owned by the part that counts it (the task takes the failures it settles).
+    failures = property(lambda self: self.acks.failures,
+                        lambda self, failures: setattr(self.acks, "failures", failures))
+    stored = property(lambda self: self.acks.stored)
+    duplicates = property(lambda self: self.acks.duplicates)
+    dead_lettered = property(lambda self: self.acks.dead_lettered)
+    reordered = property(lambda self: self.mover.reordered)
+    left_out_of_order = property(lambda self: self.mover.left_out_of_order)
+    moves_finished = property(lambda self: self.mover.moves_finished)
+    found_after_loss = property(lambda self: self.recovery.found_after_loss)
+    restored = property(lambda self: self.recovery.restored)
+
+    def moved_copy(self, sent: tuple) -> tuple:
+        """``sent`` (OutFrame layout) under this attempt's own moved id (``:o<move_base>``): a retried attempt
+        publishes it behind a row its predecessor left missing, then deletes the copy stored ahead
+        (:meth:`delete_stored`, :mod:`.retry_order`)."""
+        return self.mover.renamed(sent, self.reply_prefix)
+
+    async def delete_stored(self, seqs: list[int]) -> int:
+        """Delete the messages at ``seqs`` of the target (no erase); how many it would not delete."""
+        return await self.mover.delete_stored(seqs)
+
+    def on_permission_error(self, violation) -> None:
+        """The server refused a publish (async -ERR): :meth:`.acks.AckTracker.on_permission_error`."""
+        self.acks.on_permission_error(violation)
+
+    def _eased(self) -> None:
+        """Frames left the window: progress; room once it is down to ``low_water``; done once it is empty."""
+        self._last_progress = time.monotonic()
+        left = len(self._inflight)
+        if left <= self.low_water:
+            self._room.set()
+        if left == 0:
+            self._done.set()
 
     def _schedule_retry(self, token: str) -> bool:
         """Queue ``token`` for a resend unless its 503s have lasted ``ackTimeout``."""
@@ -135,8 +176,8 @@ class Publisher(PubAcks, OrderedRecovery, Moves):
         await self._send(b"".join(self._inflight[token][1] for token in tokens))
 
     def on_reconnected(self) -> None:
-        if self._ordered and self._pending:
-            self._trouble()
+        if self.recovery.ordered and self.recovery.book.pending:
+            self.recovery.trouble()
         elif self._idempotent and self._inflight:
             self._track(self._resend(list(self._inflight)))
 
@@ -184,8 +225,8 @@ class Publisher(PubAcks, OrderedRecovery, Moves):
                 if (self._idempotent and self._retry_503 and idle >= RESEND_AFTER_SILENCE
                         and now - self._last_resend >= RESEND_AFTER_SILENCE):
                     self._last_resend = now
-                    if self._ordered:
-                        self._trouble()
+                    if self.recovery.ordered:
+                        self.recovery.trouble()
                     else:
                         await self._resend([token for token in self._inflight if token not in self._retry_due])
                 if idle >= self._ack_timeout and not event.is_set():
@@ -204,11 +245,13 @@ class Publisher(PubAcks, OrderedRecovery, Moves):
             raise self._closed_error()
         tag = DEAD_LETTER_TAG if dead_letter else ""
         inflight = self._inflight
+        recovery = self.recovery
+        may_send = recovery.may_send
         i, total = 0, len(frames)
         while i < total:
-            if not self._may_send.is_set():  # an ordered recovery is under way: nothing new goes out
+            if not may_send.is_set():  # an ordered recovery is under way: nothing new goes out
                 self._last_progress = time.monotonic()
-                await self._wait(self._may_send, "recovering the order after a leader change")
+                await self._wait(may_send, "recovering the order after a leader change")
                 continue
             room = self._max_pending - len(inflight)
             if room <= 0:
@@ -218,17 +261,8 @@ class Publisher(PubAcks, OrderedRecovery, Moves):
                 continue
             chunk = frames[i : i + room]
             i += len(chunk)
-            if self._ordered and not dead_letter:  # dead letters go to another stream: their acks keep no order
-                # Every frame of the chunk is stored after the highest sequence acked so far: where a
-                # recovery looks for the ones whose PubAck was lost (_find_stored).
-                first = self._send_no + 1
-                self._floors.append((first, self._max_seq))
-                self._send_no += len(chunk)
-                pending = self._pending
-                for send_no, sent in enumerate(chunk, first):
-                    token = str(sent[0])  # no tag: not a dead letter
-                    inflight[token] = sent
-                    pending[token] = send_no
+            if recovery.ordered and not dead_letter:  # dead letters go to another stream: their acks keep no order
+                recovery.book.note_sends(chunk, inflight)
             else:
                 for sent in chunk:
                     inflight[f"{tag}{sent[0]}"] = sent
@@ -244,8 +278,8 @@ class Publisher(PubAcks, OrderedRecovery, Moves):
             if self._inflight:
                 self._done.clear()
                 await self._wait(self._done, "end of partition")
-            elif not self._may_send.is_set():
-                await self._wait(self._may_send, "recovering the order after a leader change")
+            elif not self.recovery.may_send.is_set():
+                await self._wait(self.recovery.may_send, "recovering the order after a leader change")
             else:
                 return
 

@@ -10,7 +10,11 @@ frames deleted, and all of them sent again in the task's order (:mod:`.reorder` 
 :mod:`.acks`' fast loop and nothing is remembered.
 
 :class:`OrderedRecovery` is one part of :class:`~pyspark_jetstream.sink.publish.publisher.Publisher`
-(it holds the send numbers, the stored frames that may still move, and the recovery task).
+(``pub.recovery``): it owns the recovery task and its rounds, and an :class:`OrderBook` (``book``): the
+send numbers (``pending``), the stored frames that may still move (``stored_recent``), the floors of the
+stream reads, a retried attempt's marks (``tops``) and doubtful duplicates. It works on the publisher's window (the frames in flight, its events,
+sends) and the counts of :class:`~.acks.AckTracker` (``pub.acks``); :class:`~.moves.Mover` (``pub.mover``)
+renames frames and deletes their old copies.
 """
 
 from __future__ import annotations
@@ -27,103 +31,43 @@ QUIET = 0.5
 """Seconds without any reply after which an ordered recovery takes the frames still unanswered as lost."""
 
 
-class OrderedRecovery:
-    """The ordered publisher's bookkeeping and its repair rounds (module docstring)."""
+class OrderBook:
+    """What an ordered publisher remembers of its sends and their PubAcks: the recovery's own (it holds one,
+    ``recovery.book``); the PubAck loop of :mod:`.acks` reads ``pending`` and settles the oldest frame there."""
 
-    def _init_recovery(self, ordered_stream: str | None, api_prefix: str, bucket: bool, move_base: int,
-                       after_retry: bool = False, replayed: bool = False) -> None:
-        # Ordered recovery (module docstring): every frame to one stream, ids to resend safely, a cluster; or
-        # a retried attempt without replay records, on any server (see _stored_behind).
-        self._ordered = ordered_stream is not None and self._idempotent and (self._retry_503 or after_retry)
-        # after_retry: subject -> (the highest sequence its frames were stored at, that frame's position, its
-        # first send): every PubAck checked against it (_stored_behind). Only in a retried attempt, whose
-        # predecessor may have left a subject's later rows stored and an earlier one missing.
-        self._tops: dict[str, tuple[int, int, int]] | None = {} if self._ordered and after_retry else None
-        self._stream, self._api_prefix, self._bucket = ordered_stream, api_prefix, bucket
-        self._send_no = 0
-        # ordered: token -> the number of the frame's first send, oldest first. A resend keeps it: what may be
-        # forgotten (_forget_settled) and where a lost PubAck's frame is looked for (_find_stored) depend on
+    def __init__(self, after_retry: bool) -> None:
+        self.send_no = 0
+        # token -> the number of the frame's first send, oldest first. A resend keeps it: what may be forgotten
+        # (forget_settled) and where a lost PubAck's frame is looked for (OrderedRecovery._find_stored) depend on
         # when the frame was first sent, not on when it was last resent. OrderedDicts: every PubAck asks for
         # the oldest entry, which a plain dict finds only by skipping the slots of the entries deleted before
         # it (up to a window's worth per PubAck); an OrderedDict's linked list gives it at once.
-        self._pending: collections.OrderedDict[str, int] = collections.OrderedDict()
-        # ordered: token -> (send no, position, subject, seq, sent)
-        self._stored_recent: collections.OrderedDict[str, tuple] = collections.OrderedDict()
-        self._max_seq = 0  # ordered: the highest stream sequence a PubAck gave
-        self._floors: collections.deque[tuple[int, int]] = collections.deque()  # (first send no, _max_seq then)
-        self.found_after_loss = 0  # frames whose PubAck was lost that the stream held (not sent again)
-        self._may_send = asyncio.Event()
-        self._may_send.set()
-        self._recovery: asyncio.Task | None = None
-        self._last_reply = time.monotonic()
-        self._rounds = 0
-        self._move_base = move_base  # see Moves
-        self._again = False
-        self.reordered = 0  # messages deleted and published again in their subject's order
-        self._replaced: dict[str, list[int]] = {}  # token -> old copies to delete once its moved copy is stored
-        self._deny_delete: bool | None = None  # the target's deny_delete, asked before the first move
-        # A retry: the remembered tokens whose sequence a duplicate PubAck gave (moves._check_duplicates), and
-        # whether every such duplicate is in doubt (``replayed``: the replay records found no copy of the row).
-        self._dup_tokens: set[str] = set()
-        self._verify_dups = replayed and self._tops is not None
-        self.moves_finished = 0  # old copies deleted whose moved copy an earlier attempt had stored
-        self.restored = 0  # rows whose copy a cut-short move had deleted, published again
-        self.left_out_of_order = 0  # ... that the stream would not let the sink delete
+        self.pending: collections.OrderedDict[str, int] = collections.OrderedDict()
+        # token -> (send no, position, subject, seq, sent): stored frames a recovery may still move
+        self.stored_recent: collections.OrderedDict[str, tuple] = collections.OrderedDict()
+        self.max_seq = 0  # the highest stream sequence a PubAck gave
+        self.floors: collections.deque[tuple[int, int]] = collections.deque()  # (first send no, max_seq then)
+        # after_retry: subject -> (the highest sequence its frames were stored at, that frame's position, its
+        # first send): every PubAck checked against it (stored_behind). Only in a retried attempt, whose
+        # predecessor may have left a subject's later rows stored and an earlier one missing.
+        self.tops: dict[str, tuple[int, int, int]] | None = {} if after_retry else None
+        # A retry: the remembered tokens whose sequence a duplicate PubAck gave (OrderedRecovery._check_duplicates).
+        self.dup_tokens: set[str] = set()
 
-    def _on_ordered_ack(self, token: str, data: bytes, headers: bytes | None) -> None:
-        """An ordered publisher's reply: stored acks are remembered with their sequence (a recovery may
-        move them); one that overtakes an older frame, and any 503, start a recovery.
+    def note_sends(self, chunk: list[tuple], inflight: dict) -> None:
+        """``chunk`` goes out now (none a dead letter): numbered, and put in flight. Every frame of it is stored
+        after the highest sequence acked so far: where a recovery looks for the ones whose PubAck was lost
+        (OrderedRecovery._find_stored)."""
+        first = self.send_no + 1
+        self.floors.append((first, self.max_seq))
+        self.send_no += len(chunk)
+        pending = self.pending
+        for send_no, sent in enumerate(chunk, first):
+            token = str(sent[0])  # no tag: not a dead letter
+            inflight[token] = sent
+            pending[token] = send_no
 
-        When nothing goes wrong the PubAck is the oldest frame's in flight, no recovery runs and nothing
-        is remembered: the frame is stored in its place, and :meth:`_forget_settled` would drop its entry
-        as soon as it was made. Then only the highest sequence is kept (for :meth:`_find_stored`'s floor);
-        the entry is made only once order is in doubt (a frame overtaken, a recovery under way, or frames
-        remembered already), so the repair sees every entry it saw before."""
-        if not data and status_of(headers) == 503 and token in self._inflight and self._retry_503:
-            self._trouble()  # still unanswered, in its place: the recovery sends it again
-            return
-        pending = self._pending
-        send_no = pending.pop(token, None)
-        sent = self._inflight.get(token)
-        calm = self._calm()
-        if sent is not None and send_no is not None and data and not token.startswith(DEAD_LETTER_TAG):
-            overtook = bool(pending) and next(iter(pending.values())) < send_no  # an older frame was dropped
-            found = ACK_SEQ.search(data)
-            if found is not None and b'"error"' not in data:  # stored, or a duplicate: its seq is the original's
-                seq = int(found.group(1))
-                duplicate = False
-                if self._tops is not None:
-                    if self._stored_behind(token, send_no, sent, seq):
-                        overtook = True  # a recovery moves it (and its subject's later frames) behind the top
-                    duplicate = b'"duplicate"' in data
-                    if duplicate and self._verify_dups:
-                        overtook = True  # a copy the replay records did not find: checked (moves._check_duplicates)
-                if overtook or self._stored_recent or not calm:
-                    self._remember_stored(token, send_no, sent, seq)
-                    if duplicate:
-                        self._dup_tokens.add(token)
-                elif seq > self._max_seq:
-                    self._max_seq = seq  # all _remember_stored keeps of a frame it would forget at once
-            if overtook:
-                self._trouble()
-                calm = False
-            if may_be_plain(data):  # the common case, settled here as the unordered fast path does
-                del self._inflight[token]
-                self.stored += 1
-                self._last_progress = time.monotonic()
-                left = len(self._inflight)
-                if left <= self.low_water:
-                    self._room.set()
-                if left == 0:
-                    self._done.set()
-                if calm:
-                    self._forget_settled()
-                return
-        self._on_ack(token, data, headers)
-        if calm and self._calm():
-            self._forget_settled()
-
-    def _stored_behind(self, token: str, send_no: int, sent: tuple, seq: int) -> bool:
+    def stored_behind(self, token: str, send_no: int, sent: tuple, seq: int) -> bool:
         """A retried attempt without replay records (a batch write without ``writeId``): whether this frame is
         stored at a sequence below one where an earlier frame of its subject (in the task's order) is
         stored. Its predecessor stored the subject's later rows and not an earlier one; this attempt's
@@ -132,63 +76,136 @@ class OrderedRecovery:
         remembered as the subject's mark, this one with it, and the recovery (:func:`.reorder.ahead`)
         moves this frame and the subject's later ones behind it (issue #39)."""
         subject = sent[2]
-        top = self._tops.get(subject)
+        top = self.tops.get(subject)
         if top is None or seq > top[0]:
-            self._tops[subject] = (seq, sent[0], send_no)
+            self.tops[subject] = (seq, sent[0], send_no)
             return False
         if seq == top[0]:
             return False  # the same copy (a resend answered twice)
         mark = f"top:{top[1]}"  # one per frame marked: a later mark must not hide an earlier inversion
-        if mark not in self._stored_recent:
-            self._stored_recent[mark] = (top[2], top[1], subject, top[0], None)  # never moved (moves._move)
+        if mark not in self.stored_recent:
+            self.stored_recent[mark] = (top[2], top[1], subject, top[0], None)  # never moved (Mover.move)
         return True
 
-    def _calm(self) -> bool:
-        """No ordered recovery is under way."""
-        return self._recovery is None or self._recovery.done()
-
-    def _in_order(self) -> bool:
-        """Nothing puts the order in doubt: no recovery under way, no stored frame remembered (one is
-        remembered only while it was sent after a frame still unanswered), and no predecessor's copies to
-        check every PubAck against (``_tops``: a retried attempt)."""
-        return not self._stored_recent and self._tops is None and (self._recovery is None or self._recovery.done())
-
-    def _remember_stored(self, token: str, send_no: int, sent: tuple, seq: int) -> None:
+    def remember(self, token: str, send_no: int, sent: tuple, seq: int) -> None:
         """A frame the stream holds at ``seq``: kept (newest last) until no recovery can need to move it."""
-        if seq > self._max_seq:
-            self._max_seq = seq
-        self._stored_recent.pop(token, None)
-        self._stored_recent[token] = (send_no, sent[0], sent[2], seq, sent)
+        if seq > self.max_seq:
+            self.max_seq = seq
+        self.stored_recent.pop(token, None)
+        self.stored_recent[token] = (send_no, sent[0], sent[2], seq, sent)
 
-    def _forget_settled(self) -> None:
+    def forget_settled(self) -> None:
         """Stored frames sent before every unanswered one can never need moving, nor their send's floor
-        (``_find_stored``) be needed: forget them (memory stays bounded by the frames in flight).
+        (``OrderedRecovery._find_stored``) be needed: forget them (memory stays bounded by the frames in flight).
 
         Only between recoveries: then every frame stored is in its subject's order (the last recovery
         ended calm, and a PubAck that overtakes an older frame starts a new one). Within a recovery, frames
         stored ahead of an earlier one of their subject may not have been checked yet (:func:`.reorder.ahead`
         runs once nothing is unanswered): forgetting them there, behind a resend still unanswered, lost
         their order silently (issue #39)."""
-        oldest = next(iter(self._pending.values()), None)
-        floors = self._floors
+        oldest = next(iter(self.pending.values()), None)
+        floors = self.floors
         if oldest is None:
             floors.clear()
         else:
             while len(floors) > 1 and floors[1][0] <= oldest:
                 floors.popleft()
-        recent = self._stored_recent
+        recent = self.stored_recent
         while recent:
             token, entry = next(iter(recent.items()))
             if oldest is not None and entry[0] >= oldest:
                 break
             del recent[token]
-            self._dup_tokens.discard(token)
+            self.dup_tokens.discard(token)
 
-    def _trouble(self) -> None:
-        self._may_send.clear()
-        if self._recovery is None or self._recovery.done():
+class OrderedRecovery:
+    """The ordered publisher's repair rounds, and what it remembers for them (``book``) (module docstring)."""
+
+    def __init__(self, pub, ordered_stream: str | None, api_prefix: str, ordered: bool,
+                 after_retry: bool = False, replayed: bool = False) -> None:
+        self._pub = pub
+        self.ordered = ordered  # publisher.__init__ says when
+        self.book = OrderBook(ordered and after_retry)
+        self._stream, self._api_prefix = ordered_stream, api_prefix
+        self.found_after_loss = 0  # frames whose PubAck was lost that the stream held (not sent again)
+        self.may_send = asyncio.Event()  # cleared while a recovery runs: nothing new goes out
+        self.may_send.set()
+        self._task: asyncio.Task | None = None
+        self.last_reply = time.monotonic()
+        self._rounds = 0  # numbers the moved copies of each round (Mover.renamed)
+        self._again = False
+        # A retry: whether every duplicate PubAck is in doubt (``replayed``: the replay records found no copy of
+        # the row; _check_duplicates).
+        self._verify_dups = replayed and self.book.tops is not None
+        self.restored = 0  # rows whose copy a cut-short move had deleted, published again
+
+    def on_ordered_ack(self, token: str, data: bytes, headers: bytes | None) -> None:
+        """An ordered publisher's reply: stored acks are remembered with their sequence (a recovery may
+        move them); one that overtakes an older frame, and any 503, start a recovery.
+
+        When nothing goes wrong the PubAck is the oldest frame's in flight, no recovery runs and nothing
+        is remembered: the frame is stored in its place, and :meth:`OrderBook.forget_settled` would drop its
+        entry as soon as it was made. Then only the highest sequence is kept (for :meth:`_find_stored`'s floor);
+        the entry is made only once order is in doubt (a frame overtaken, a recovery under way, or frames
+        remembered already), so the repair sees every entry it saw before."""
+        pub = self._pub
+        inflight = pub._inflight
+        if not data and status_of(headers) == 503 and token in inflight and pub._retry_503:
+            self.trouble()  # still unanswered, in its place: the recovery sends it again
+            return
+        book = self.book
+        pending = book.pending
+        send_no = pending.pop(token, None)
+        sent = inflight.get(token)
+        calm = self.calm()
+        if sent is not None and send_no is not None and data and not token.startswith(DEAD_LETTER_TAG):
+            overtook = bool(pending) and next(iter(pending.values())) < send_no  # an older frame was dropped
+            found = ACK_SEQ.search(data)
+            if found is not None and b'"error"' not in data:  # stored, or a duplicate: its seq is the original's
+                seq = int(found.group(1))
+                duplicate = False
+                if book.tops is not None:
+                    if book.stored_behind(token, send_no, sent, seq):
+                        overtook = True  # a recovery moves it (and its subject's later frames) behind the top
+                    duplicate = b'"duplicate"' in data
+                    if duplicate and self._verify_dups:
+                        overtook = True  # a copy the replay records did not find: checked (_check_duplicates)
+                if overtook or book.stored_recent or not calm:
+                    book.remember(token, send_no, sent, seq)
+                    if duplicate:
+                        book.dup_tokens.add(token)
+                elif seq > book.max_seq:
+                    book.max_seq = seq  # all OrderBook.remember keeps of a frame it would forget at once
+            if overtook:
+                self.trouble()
+                calm = False
+            if may_be_plain(data):  # the common case, settled here as the unordered fast path does
+                del inflight[token]
+                pub.acks.stored += 1
+                pub._eased()
+                if calm:
+                    book.forget_settled()
+                return
+        pub.acks.on_ack(token, data, headers)
+        if calm and self.calm():
+            book.forget_settled()
+
+    def calm(self) -> bool:
+        """No ordered recovery is under way."""
+        return self._task is None or self._task.done()
+
+    def in_order(self) -> bool:
+        """Nothing puts the order in doubt: no recovery under way, no stored frame remembered (one is
+        remembered only while it was sent after a frame still unanswered), and no predecessor's copies to
+        check every PubAck against (``book.tops``: a retried attempt)."""
+        return not self.book.stored_recent and self.book.tops is None and (self._task is None or self._task.done())
+
+    def trouble(self) -> None:
+        """Order is in doubt: stop new sends and run a recovery (another round, if one runs)."""
+        self.may_send.clear()
+        if self._task is None or self._task.done():
             self._again = False
-            self._recovery = self._track(self._recover_until_calm())
+            self._task = self._pub._track(self._recover_until_calm())
         else:
             self._again = True  # seen while a round runs: another round follows it
 
@@ -196,7 +213,7 @@ class OrderedRecovery:
         while True:
             await self._recover()
             if not self._again:
-                self._may_send.set()
+                self.may_send.set()
                 return
             self._again = False
 
@@ -207,31 +224,33 @@ class OrderedRecovery:
         their old copies deleted once the new ones are stored); until all is calm."""
         from . import reorder
 
+        pub = self._pub
+        inflight = pub._inflight
         while True:
             await self._quiet()
-            await self._delete_replaced()
-            for token in [t for t in self._pending if t not in self._inflight]:
-                del self._pending[token]  # settled another way (a refusal the server sent as -ERR)
-            unanswered = sorted((t for t in self._pending if t in self._inflight), key=lambda t: self._inflight[t][0])
+            await pub.mover.delete_replaced(inflight, {f.position for f in pub.acks.failures if not f.dead_letter})
+            for token in [t for t in self.book.pending if t not in inflight]:
+                del self.book.pending[token]  # settled another way (a refusal the server sent as -ERR)
+            unanswered = sorted((t for t in self.book.pending if t in inflight), key=lambda t: inflight[t][0])
             if unanswered:
                 unanswered = await self._find_stored(unanswered)
-            stored = [reorder.Stored(t, e[1], e[2], e[3]) for t, e in self._stored_recent.items()]
+            stored = [reorder.Stored(t, e[1], e[2], e[3]) for t, e in self.book.stored_recent.items()]
             if unanswered:
                 self._rounds += 1
                 # A compare-and-set frame goes out only in its subject's order (reorder.in_place): the copies
-                # stored ahead of it are deleted before it is sent (moves._move, delete_first).
-                now, first = reorder.in_place((reorder.Unanswered(t, self._inflight[t][0], self._inflight[t][2],
-                                                                  is_conditional(self._inflight[t]))
+                # stored ahead of it are deleted before it is sent (Mover.move, delete_first).
+                now, first = reorder.in_place((reorder.Unanswered(t, inflight[t][0], inflight[t][2],
+                                                                  is_conditional(inflight[t]))
                                                for t in unanswered), stored)
                 again, first_sends = await self._move(first, delete_first=True)
-                now = sorted(now + again, key=lambda t: self._inflight[t][0])
+                now = sorted(now + again, key=lambda t: inflight[t][0])
                 await self._send_again(now, first_sends)
                 continue  # their answers, then the order check
             moved = reorder.ahead(stored)
-            if self._tops is not None and self._dup_tokens:
+            if self.book.tops is not None and self.book.dup_tokens:
                 if await self._check_duplicates({s.token for s in moved}):
                     continue  # rows whose copy was gone went out again: their answers, then the order check
-                moved = reorder.ahead(reorder.Stored(t, e[1], e[2], e[3]) for t, e in self._stored_recent.items())
+                moved = reorder.ahead(reorder.Stored(t, e[1], e[2], e[3]) for t, e in self.book.stored_recent.items())
             if not moved:
                 return
             self._rounds += 1
@@ -239,6 +258,65 @@ class OrderedRecovery:
             if not again:
                 return
             await self._send_again(again, first_sends)
+
+    async def _move(self, frames: list, delete_first: bool = False) -> tuple[list[str], dict[str, int]]:
+        """The stored frames ``frames`` (:class:`.reorder.Stored`) forgotten here and handed to the mover
+        (:meth:`.moves.Mover.move`); the ones it renamed are put in flight, no longer counted as stored: (their
+        tokens, their first send numbers)."""
+        pub = self._pub
+        taken = []
+        for frame in frames:
+            taken.append((frame.token, frame.seq, self.book.stored_recent.pop(frame.token)))
+            self.book.dup_tokens.discard(frame.token)
+        again, first_sends = [], {}
+        for token, sent, first_send in await pub.mover.move(taken, pub.reply_prefix, self._rounds, delete_first):
+            pub._inflight[token] = sent
+            again.append(token)
+            first_sends[token] = first_send
+        pub.acks.stored -= len(again)
+        return again, first_sends
+
+    async def _check_duplicates(self, flagged: set[str]) -> bool:
+        """A retried attempt (``book.tops``): the remembered frames whose sequence a duplicate PubAck gave (a copy an
+        earlier attempt stored) that are to move (``flagged``), or all of them when the replay records told this
+        attempt what was stored (``_verify_dups``: a duplicate then names a copy the records did not find),
+        checked in the target (:meth:`.moves.Mover.finish_moves`). One that a moved copy stands for is taken as
+        stored there; one whose copy is gone is sent again under a moved id, and its duplicate does not count.
+        Whether rows went out again (their answers come before the order check)."""
+        suspects = [t for t in self.book.dup_tokens if t in self.book.stored_recent and (self._verify_dups or t in flagged)]
+        if not suspects:
+            return False
+        pub = self._pub
+        self.book.dup_tokens.difference_update(suspects)
+        standing, lost = await pub.mover.finish_moves({t: self.book.stored_recent[t] for t in suspects})
+        for token, seq in standing.items():
+            entry = self.book.stored_recent[token]
+            self.book.stored_recent[token] = (*entry[:3], seq, entry[4])
+        if not lost:
+            return False
+        self._rounds += 1
+        lost.sort(key=lambda t: self.book.stored_recent[t][1])
+        first_sends = {}
+        for token in lost:
+            entry = self.book.stored_recent.pop(token)
+            pub._inflight[token] = pub.mover.renamed(entry[4], pub.reply_prefix, self._rounds)
+            first_sends[token] = entry[0]
+        pub.acks.duplicates -= len(lost)  # the server's "duplicate" named a copy that is gone: not stored
+        self.restored += len(lost)
+        await self._send_again(lost, first_sends)
+        return True
+
+    async def _send_again(self, tokens: list[str], first_sends: dict[str, int] | None = None) -> None:
+        """Send ``tokens`` again, in this order. Unanswered ones keep their place among the pending;
+        ``first_sends`` numbers the others (moved frames: their PubAck had come)."""
+        pub = self._pub
+        if first_sends:
+            self.book.pending.update(first_sends)
+            self.book.pending = collections.OrderedDict(sorted(self.book.pending.items(), key=lambda item: item[1]))
+        pub._done.clear()
+        pub.resent += len(tokens)
+        self.last_reply = time.monotonic()
+        await pub._send(b"".join(pub._inflight[t][1] for t in tokens))  # progress is a PubAck, not a resend
 
     async def _find_stored(self, tokens: list[str]) -> list[str]:
         """Which of the unanswered frames ``tokens`` the stream holds after all (stored, and the PubAck lost
@@ -249,30 +327,28 @@ class OrderedRecovery:
         read of the stream after the highest sequence acked before the oldest of them was sent."""
         from ..records.replay_guard import stored_sequences
 
-        oldest = min(self._pending[t] for t in tokens)  # their first sends: a resend keeps the number
-        floor = max((seq for first, seq in self._floors if first <= oldest), default=0)
-        wanted = {self._inflight[t][4]: t for t in tokens if self._inflight[t][4]}
+        pub = self._pub
+        inflight = pub._inflight
+        oldest = min(self.book.pending[t] for t in tokens)  # their first sends: a resend keeps the number
+        floor = max((seq for first, seq in self.book.floors if first <= oldest), default=0)
+        wanted = {inflight[t][4]: t for t in tokens if inflight[t][4]}
         if not wanted:
             return tokens
-        found = await stored_sequences(self._nc, self._stream, self._api_prefix, floor, set(wanted),
-                                       deadline=self._ack_timeout)
+        found = await stored_sequences(pub._nc, self._stream, self._api_prefix, floor, set(wanted),
+                                       deadline=pub._ack_timeout)
         for msg_id, seq in found.items():
             token = wanted[msg_id]
-            self._remember_stored(token, self._pending.pop(token), self._inflight.pop(token), seq)
-            self.stored += 1
+            self.book.remember(token, self.book.pending.pop(token), inflight.pop(token), seq)
+            pub.acks.stored += 1
             self.found_after_loss += 1
         if found:
-            self._last_progress = time.monotonic()
-            if not self._inflight:
-                self._done.set()
-            if len(self._inflight) <= self.low_water:
-                self._room.set()
-        return [t for t in tokens if t in self._inflight]
+            pub._eased()
+        return [t for t in tokens if t in inflight]
 
     async def _quiet(self) -> None:
         """Until every frame in flight is answered, or no answer came for :data:`QUIET` seconds."""
         started = time.monotonic()
-        while self._pending and time.monotonic() - self._last_reply < QUIET:
-            if time.monotonic() - started > self._ack_timeout:
+        while self.book.pending and time.monotonic() - self.last_reply < QUIET:
+            if time.monotonic() - started > self._pub._ack_timeout:
                 return
             await asyncio.sleep(QUIET / 5)
