@@ -9,6 +9,7 @@ publisher is never started; only its settling is exercised.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import random
 
@@ -22,6 +23,7 @@ PREFIX = "_INBOX.abc."
 
 class NoServer:
     _server_info: dict = {}  # not clustered: a 503 is final
+    is_closed = False
 
 
 def publisher(max_pending: int) -> Publisher:
@@ -143,3 +145,66 @@ def test_a_publisher_settles_acks_of_streams_named_error_or_duplicate_as_stored(
         (len(PLAIN_ACKS) + len(DUPLICATE_ACKS) + k, c, e, False) for k, (_, c, e, _d) in enumerate(ERROR_ACKS[:3])
     ] + [(2, 400, 10060, True)]
     assert pub._inflight == {} and pub._done.is_set()
+
+
+IN_PROCESS = json.dumps({"error": {"code": 409, "err_code": 10158,
+                                   "description": "duplicate message id is in process"}}).encode()
+
+
+def test_only_the_in_process_refusal_is_taken_for_one():
+    from pyspark_jetstream.protocol.puback import id_in_process
+
+    assert id_in_process(IN_PROCESS)
+    assert not id_in_process(b'{"error":{"code":400,"err_code":10164,"description":"message TTL invalid"}}')
+    assert not id_in_process(b'{"stream":"S10158","seq":10158}')  # the number in a name or a sequence
+
+
+def test_a_copy_whose_id_is_still_in_process_is_sent_again_not_failed(monkeypatch):
+    """10158: a clustered leader still proposes an earlier copy with the frame's id (a resend, a retried task's
+    copy). No decision about the row: it is sent again later, and the answer then (here: the duplicate of the
+    copy once stored) settles it. CI saw a retried task fail on it (test_cluster_moves)."""
+    from pyspark_jetstream.sink.publish import publisher as publisher_module
+
+    monkeypatch.setattr(publisher_module, "RETRY_503_INTERVAL", 0.01)
+
+    async def go():
+        pub = publisher(4)
+        sent: list[bytes] = []
+
+        async def capture(buffer: bytes) -> None:
+            sent.append(buffer)
+
+        pub._send = capture
+        pub._inflight["1"] = (1, b"frame-1", "S.x", None, "id-1", 0, 0)
+        pub.acks.on_frames([((PREFIX + "1").encode(), b"", IN_PROCESS, None)])
+        assert not pub.failures and "1" in pub._inflight
+        for _ in range(200):
+            if sent:
+                break
+            await asyncio.sleep(0.01)
+        assert sent == [b"frame-1"]  # the same frame, the same id
+        pub.acks.on_frames([((PREFIX + "1").encode(), b"", b'{"stream":"S","seq":5,"duplicate":true}', None)])
+        assert (pub.duplicates, pub.failures, pub._inflight) == (1, [], {})
+
+    asyncio.run(go())
+
+
+def test_an_ordered_publisher_repairs_in_order_a_copy_whose_id_is_still_in_process():
+    """Ordered, a resend could land behind later frames of its subject: a 10158 starts a recovery (which finds
+    the copy stored, or sends it again in its subject's order), as a 503 does; the row is not failed."""
+
+    class Clustered:
+        _server_info: dict = {"cluster": "c"}
+
+    async def go():
+        pub = Publisher(Clustered(), max_pending=4, ack_timeout=5.0, idempotent=True, ordered_stream="S")
+        pub.reply_prefix, pub._prefix_len = PREFIX, len(PREFIX)
+        pub.recovery.book.note_sends([(1, b"frame-1", "S.x", None, "id-1", 0, 0)], pub._inflight)
+        pub.acks.on_frames([((PREFIX + "1").encode(), b"", IN_PROCESS, None)])
+        try:
+            assert not pub.failures and "1" in pub._inflight and "1" in pub.recovery.book.pending
+            assert not pub.recovery.calm()  # a recovery runs
+        finally:
+            pub.recovery._task.cancel()
+
+    asyncio.run(go())

@@ -60,3 +60,15 @@ def parse_puback(data: bytes) -> PubAck:
     if "stream" not in reply or "seq" not in reply:
         return PubAck(ERROR, 0, None, f"not a PubAck: {data[:200]!r}")
     return PubAck(DUPLICATE if reply.get("duplicate") is True else STORED)
+
+
+ID_IN_PROCESS = 10158
+"""``duplicate message id is in process`` (409): a clustered leader still proposes an earlier copy with the
+same ``Nats-Msg-Id`` (a resend, or a retried task's copy, that came before the first one was applied). It
+is no decision about the message: asked again later, the server answers "duplicate" once that copy is
+stored, or stores this one if the proposal was dropped (nats.go's publishers retry it after a backoff)."""
+
+
+def id_in_process(data: bytes) -> bool:
+    """Whether the PubAck body ``data`` is the transient :data:`ID_IN_PROCESS` refusal."""
+    return b"10158" in data and parse_puback(data).err_code == ID_IN_PROCESS

@@ -21,7 +21,7 @@ import time
 from dataclasses import dataclass
 
 from ...protocol.headers import parse_status
-from ...protocol.puback import DUPLICATE, ERROR, may_be_plain, parse_puback
+from ...protocol.puback import DUPLICATE, ERROR, id_in_process, may_be_plain, parse_puback
 
 DEAD_LETTER_TAG = "d"
 """Reply-token prefix that marks a dead-letter publish (``<inbox>.d<position>``)."""
@@ -132,7 +132,9 @@ class AckTracker:
     def on_ack(self, token: str, data: bytes, headers: bytes | None) -> None:
         """One reply read in full: settled, counted, scheduled for a resend (a 503 in a cluster) or failed."""
         pub = self._pub
-        retryable = not data and pub._retry_503 and token in pub._inflight and status_of(headers) == 503
+        retryable = token in pub._inflight and (
+            (not data and pub._retry_503 and status_of(headers) == 503)
+            or (data and id_in_process(data)))  # its id's earlier copy is still proposed: ask again later
         if retryable and pub._schedule_retry(token):
             return
         sent = pub._inflight.pop(token, None)

@@ -23,7 +23,7 @@ import asyncio
 import collections
 import time
 
-from ...protocol.puback import may_be_plain
+from ...protocol.puback import id_in_process, may_be_plain
 from .acks import ACK_SEQ, DEAD_LETTER_TAG, status_of
 from .moves import is_conditional
 
@@ -150,8 +150,11 @@ class OrderedRecovery:
         remembered already), so the repair sees every entry it saw before."""
         pub = self._pub
         inflight = pub._inflight
-        if not data and status_of(headers) == 503 and token in inflight and pub._retry_503:
-            self.trouble()  # still unanswered, in its place: the recovery sends it again
+        if token in inflight and ((not data and status_of(headers) == 503 and pub._retry_503)
+                                  or (data and id_in_process(data))):
+            # Still unanswered, in its place (for 10158 an earlier copy with its id is still proposed): the
+            # recovery finds it stored, or sends it again in its subject's order.
+            self.trouble()
             return
         book = self.book
         pending = book.pending
