@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 
 import pyarrow.parquet as pq
+import pytest
 
 from ..helpers import run_script, wait_until
 
@@ -146,6 +147,9 @@ def _committed(batch: int, published: int, out: str) -> bool:
                      r"0 duplicates dropped by the server", out) is not None
 
 
+# Two runs of the pipeline, each with a Spark Connect server of its own (80 to 160 s of both cores): run on request
+# (-m slow) with the soaks and the Spark Connect round trip (CI time); CI runs the other examples.
+@pytest.mark.slow
 def test_pipeline_runs_twice_and_publishes_each_alert_once(nats_server, nats_client, stream_name, tmp_path):
     source, alerts = f"{stream_name}S", f"{stream_name}A"
     project = _project(tmp_path, source, alerts)
