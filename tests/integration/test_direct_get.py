@@ -63,15 +63,23 @@ def test_a_batch_cut_by_max_bytes_is_continued_until_every_key_is_answered(nats_
     assert leader_lookups == [f"$KV.{bucket}.absent"]  # the direct gets found all 69 themselves
 
 
+NOT_FOUND = b"NATS/1.0 404 Message Not Found\r\n\r\n"
+NO_RESPONDERS = b"NATS/1.0 503\r\n\r\n"
+
+
 class _Relay:
     """``$RELAY.API.>`` relayed to ``$JS.API.>`` on the same server, frame by frame (header blocks
-    intact), except that the first ``fail`` direct gets end with ``404 Message Not Found`` after
-    ``keep`` messages, as nats-server ends a batch whose resolved message is gone when loaded."""
+    intact), except that the first ``fail`` direct gets end with ``status`` after ``keep`` messages:
+    ``404 Message Not Found`` as nats-server ends a batch whose resolved message is gone when loaded,
+    ``503`` as a stream none of whose stores answers direct gets just now answers.
 
-    def __init__(self, url: str, fail: int, keep: int) -> None:
+    ``server_503s`` counts the direct gets the server itself answered 503 (the reader asks those
+    again too)."""
+
+    def __init__(self, url: str, fail: int, keep: int, status: bytes = NOT_FOUND) -> None:
         self.client = SyncNats(url)
-        self.fail, self.keep = fail, keep
-        self.direct_gets = 0
+        self.fail, self.keep, self.status = fail, keep, status
+        self.direct_gets = self.server_503s = 0
         self.client.run(self._start())
 
     async def _start(self) -> None:
@@ -103,9 +111,11 @@ class _Relay:
         inbox = nc.new_inbox()
 
         def relay(subject: bytes, reply: bytes, data: bytes, headers: bytes | None) -> None:
+            if cut is None and sent[0] == 0 and (headers or b"").startswith(NO_RESPONDERS[:12]):
+                self.server_503s += 1
             if cut is not None and sent[0] >= cut:
                 if sent[0] == cut:  # once: then the rest of the batch is dropped
-                    self.out.put_nowait(self._frame(msg.reply, b"NATS/1.0 404 Message Not Found\r\n\r\n", b""))
+                    self.out.put_nowait(self._frame(msg.reply, self.status, b""))
                 sent[0] += 1
                 return
             sent[0] += 1
@@ -122,22 +132,37 @@ class _Relay:
         self.client.close()
 
 
-@pytest.mark.parametrize("keep", [0, 1])
+@pytest.mark.parametrize("status, keep", [(NOT_FOUND, 0), (NOT_FOUND, 1), (NO_RESPONDERS, 0)],
+                         ids=["not-found-0", "not-found-1", "no-responders"])
 def test_message_not_found_is_asked_again_not_read_as_none(nats_server, nats_client, stream_name, leader_lookups,
-                                                           keep):
-    """``404 Message Not Found`` (before any message, or after one) is a race on the server: the
-    batch is asked again at the same sequence, and no key is left out or looked up elsewhere."""
+                                                           status, keep):
+    """``404 Message Not Found`` (before any message, or after one) is a race on the server, and a
+    ``503`` a moment when no store answers direct gets (a replica catching up): the batch is asked
+    again at the same sequence, and no key is left out or looked up elsewhere."""
     bucket = stream_name
     kv = _bucket(nats_client, bucket)
     for key in ("a", "b", "c"):
         nats_client.run(kv.put(key, key.encode()))
-    relay = _Relay(nats_server.url, fail=2, keep=keep)
+    relay = _Relay(nats_server.url, fail=2, keep=keep, status=status)
     try:
         got = _read(nats_client, bucket, ["a", "b", "c"], up_to=3, prefix=RELAY_PREFIX, patience=10)
     finally:
         relay.close()
     assert {k: v for k, (_, v) in got.items()} == {"a": b"a", "b": b"b", "c": b"c"}
-    assert relay.direct_gets == 3 and leader_lookups == []
+    assert relay.direct_gets - relay.server_503s == 3 and leader_lookups == []
+
+
+def test_no_responders_until_the_deadline_fails_naming_allow_direct(nats_server, nats_client, stream_name):
+    bucket = stream_name
+    kv = _bucket(nats_client, bucket)
+    nats_client.run(kv.put("a", b"a"))
+    relay = _Relay(nats_server.url, fail=10**6, keep=0, status=NO_RESPONDERS)
+    try:
+        with pytest.raises(Exception, match=r"gave up after 1s: no responders \(503\).*allow_direct"):
+            _read(nats_client, bucket, ["a"], up_to=1, prefix=RELAY_PREFIX, patience=1)
+    finally:
+        relay.close()
+    assert relay.direct_gets >= 2  # asked again before the deadline
 
 
 def test_message_not_found_without_end_fails_at_the_deadline(nats_server, nats_client, stream_name):

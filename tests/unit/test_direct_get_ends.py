@@ -16,7 +16,7 @@ from pyspark_jetstream.protocol.direct_get import BatchEnd, Outcome, still_missi
     (404, "Message Not Found", Outcome.RETRY),  # a resolved message gone when loaded: a race, not an answer
     (413, "Too Many Results", Outcome.FAIL),
     (408, "Bad Request", Outcome.FAIL),
-    (503, "", Outcome.FAIL),
+    (503, "", Outcome.UNANSWERED),  # no store answers direct gets just now (a replica catching up): ask again
 ])
 def test_the_status_ending_a_batch(code, description, outcome):
     assert BatchEnd(code, description).outcome is outcome

@@ -69,8 +69,6 @@ async def _batch(nc, api: str, prefix: str, body: dict, timeout: float) -> tuple
     up_to = (headers.get(UP_TO_SEQUENCE) or [""])[-1].strip()
     end = BatchEnd(code, description or "", int(up_to) if up_to.isdigit() else None)
     if end.outcome is Outcome.FAIL:
-        if code == 503:
-            description = "no responders: does the stream allow direct gets (allow_direct)?"
         raise JetStreamApiError(api, code, 0, description or f"status {code}")
     return got, end
 
@@ -80,8 +78,8 @@ async def _direct(nc, stream: str, subjects: list[str], up_to: int | None, prefi
     """The direct gets of one chunk: the messages found, by subject, and the subjects still missing.
 
     Asked again, for at most ``patience`` seconds: a batch ended by ``404 Message Not Found`` (a
-    message expired or replaced between the server's lookup and its load) or by an EOB not of the view
-    asked for. Messages a batch delivered before such an end are kept: each is the subject's last at
+    message expired or replaced between the server's lookup and its load), by ``503`` (no store
+    answers direct gets just now) or by an EOB not of the view asked for. Messages a batch delivered before such an end are kept: each is the subject's last at
     ``up_to``, whoever sent it."""
     api = f"DIRECT.GET.{stream}"
     found: dict[bytes, DirectMessage] = {}
@@ -102,11 +100,13 @@ async def _direct(nc, stream: str, subjects: list[str], up_to: int | None, prefi
         if outcome is Outcome.END and end.of_view(up_to) and len(left) < len(missing):
             missing = left
             continue
-        # 404 Message Not Found; an EOB of another view; an EOB that answered nothing new: ask again.
+        # 404 Message Not Found; 503; an EOB of another view; an EOB that answered nothing new: ask again.
         delay = next(delays)
         if time.monotonic() + delay > deadline:
             why = (f"the server kept failing to load messages it had found ({end.code} {end.description})"
                    if outcome is Outcome.RETRY else
+                   "no responders (503): does the stream still exist and allow direct gets (allow_direct)?"
+                   if outcome is Outcome.UNANSWERED else
                    f"the answers were not of the read's view (Nats-UpTo-Sequence {end.up_to}, asked {up_to})"
                    if not end.of_view(up_to) else "the server ended batches without answering any key asked")
             raise JetStreamApiError(api, end.code, 0, f"direct gets of {len(left)} keys gave up after "

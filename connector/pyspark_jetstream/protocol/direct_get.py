@@ -111,7 +111,8 @@ class Outcome(enum.Enum):
     END = "end"  # 204 EOB: the batch is over; what was asked and not answered may be in the next one
     NONE = "none"  # 404 No Results: none of the subjects asked has a message (as the answering store sees it)
     RETRY = "retry"  # 404 Message Not Found: a message the server resolved was gone when loaded; ask again
-    FAIL = "fail"  # anything else (413 Too Many Results, 408 Bad Request, 503 no responders, ...)
+    UNANSWERED = "unanswered"  # 503 no responders: no store answers direct gets of the stream just now
+    FAIL = "fail"  # anything else (413 Too Many Results, 408 Bad Request, ...)
 
 
 @dataclass(frozen=True)
@@ -126,11 +127,17 @@ class BatchEnd:
     def outcome(self) -> Outcome:
         """Why 404 is split by its description: ``getDirectMulti`` answers ``No Results`` when no
         subject matched, and ``Message Not Found`` when a sequence it had resolved could not be loaded
-        (expired or replaced between lookup and load): the second is a race, not an answer."""
+        (expired or replaced between lookup and load): the second is a race, not an answer.
+
+        503 (no responders) is asked again too: a reader asks direct gets only of a stream whose
+        config allows them, and its replicas answer them only while current (a follower catching up,
+        a stream whose leader is being placed answers nothing for a moment)."""
         if self.code == 204:
             return Outcome.END
         if self.code == 404:
             return Outcome.RETRY if "not found" in self.description.lower() else Outcome.NONE
+        if self.code == 503:
+            return Outcome.UNANSWERED
         return Outcome.FAIL
 
     def of_view(self, up_to: int | None) -> bool:
