@@ -281,12 +281,14 @@ def _create_history(client, bucket: str) -> list[tuple]:
             for m in client.messages(f"KV_{bucket}")]
 
 
+@pytest.mark.parametrize("mode", ["acked", "batched"])
 @pytest.mark.parametrize("dead_letters", [False, True], ids=["fail", "dead-letter"])
 def test_a_create_after_a_delete_or_purge_succeeds_as_nats_py_kv_create_does(spark, nats_server, nats_client,
-                                                                            stream_name, dead_letters):
+                                                                            stream_name, dead_letters, mode):
     """Issue #23: expected_revision 0 is nats-py's kv.create. Refused with 10071 on a key whose last entry
     is a DEL or PURGE tombstone, it is put again expecting the tombstone's revision, as nats-py does; on a
-    live key the refusal stands. nats-py's kv.create on a twin bucket is the judge, message by message."""
+    live key the refusal stands. nats-py's kv.create on a twin bucket is the judge, message by message.
+    The same in fast-ingest batches (issue #48): a refusal ends its batch, the put again goes in another."""
     import nats.js.errors
 
     ours, judge = stream_name, stream_name + "J"
@@ -296,6 +298,10 @@ def test_a_create_after_a_delete_or_purge_succeeds_as_nats_py_kv_create_does(spa
             nats_client.run(kv.put(key, b"v0"))
         nats_client.run(kv.delete("deleted"))
         nats_client.run(kv.purge("purged"))
+    if mode == "batched":
+        config = {**nats_client.stream_config(f"KV_{ours}"), "allow_batched": True}
+        assert nats_client.api(f"STREAM.UPDATE.KV_{ours}", config)["config"]["allow_batched"] is True
+    mode_option = {"publish.mode": mode}  # batched: fails at start where the bucket takes no batches
     judge_kv = kv_of(nats_client, judge)
     nats_client.run(judge_kv.create("deleted", b"new"))
     nats_client.run(judge_kv.create("purged", b"new"))
@@ -307,14 +313,15 @@ def test_a_create_after_a_delete_or_purge_succeeds_as_nats_py_kv_create_does(spa
     rows = [("deleted", "new", 0), ("purged", "new", 0)]
     if dead_letters:
         nats_client.add_stream(f"{stream_name}DLQ", [f"{stream_name}.dlq"])
-        kv_write(spark, nats_server, ours, rows + [("live", "new", 0)], schema, deadLetterSubject=f"{stream_name}.dlq")
+        kv_write(spark, nats_server, ours, rows + [("live", "new", 0)], schema, deadLetterSubject=f"{stream_name}.dlq",
+                 **mode_option)
         [dead] = nats_client.messages(f"{stream_name}DLQ")
         assert dead.data == b"new" and dead.headers["Spark-JetStream-Err-Code"] == ["10071"]
         assert dead.headers["Spark-JetStream-Original-Subject"] == [f"$KV.{ours}.live"]
     else:
-        kv_write(spark, nats_server, ours, rows, schema)
+        kv_write(spark, nats_server, ours, rows, schema, **mode_option)
         with pytest.raises(PySparkException) as info:
-            kv_write(spark, nats_server, ours, [("live", "new", 0)], schema)
+            kv_write(spark, nats_server, ours, [("live", "new", 0)], schema, **mode_option)
         text = str(info.value)
         assert "PublishError" in text and f"$KV.{ours}.live" in text and "10071" in text, text[:3000]
     assert _create_history(nats_client, ours) == _create_history(nats_client, judge)

@@ -86,6 +86,23 @@ def test_a_batch_write_stores_every_row_once_each_subject_in_order_and_again_not
     assert any("0 published in " in line and f"{ROWS} duplicates dropped" in line for line in lines), lines
 
 
+def test_a_write_without_message_ids_in_batches_stores_every_row_once_in_order(spark, nats_server, nats_client,
+                                                                                 stream_name):
+    """``idempotent=false``: no ``Nats-Msg-Id`` on any row. Batches need none while nothing is in doubt
+    (a batch that ends with rows in doubt fails the task rather than resend them: test_fast_ingest.py)."""
+    nats_client.add_stream(stream_name, [f"{stream_name}.>"], allow_msg_ttl=True, allow_batched=True)
+    write(_rows(spark, stream_name), nats_server, stream=stream_name, idempotent="false",
+          **{"publish.mode": "batched", "maxPendingAcks": "512"})
+    stored = _read_back(nats_client, stream_name)
+    assert {msg_id for _, _, msg_id, _ in stored} == {None}
+    assert sorted(int(data) for _, data, _, _ in stored) == list(range(ROWS))  # every row once
+    per_subject: dict[str, list[int]] = {}
+    for subject, data, _, ttl in stored:
+        per_subject.setdefault(subject, []).append(int(data))
+        assert ttl == ("1h" if int(data) % 3 == 0 else None)
+    assert len(per_subject) == PARTS * 5 and all(ids == sorted(ids) for ids in per_subject.values())
+
+
 def test_a_streaming_write_in_batches(spark, nats_server, nats_client, stream_name, tmp_path):
     nats_client.add_stream(stream_name, [f"{stream_name}.>"], allow_msg_ttl=True, allow_batched=True)
     source = tmp_path / "in"
