@@ -30,18 +30,6 @@ if "JAVA_TOOL_OPTIONS" not in os.environ:
 
 _names = itertools.count(1)
 
-# The longest files first (seconds on 2 cores, measured on a fresh clone's CI run: 217 down to 85), so that
-# `--dist loadfile`'s two test processes end together: handed out in collection order, a long file
-# last kept one process busy while the other idled (68 s in one run). The rest keep their order.
-LONG_FIRST = ("test_examples.py", "test_source.py", "test_cluster.py", "test_sink_batch.py",
-              "test_pushdown_answers.py", "test_subject_order.py", "test_package.py", "test_spark_cluster.py",
-              "test_task_retry.py")
-
-
-def pytest_collection_modifyitems(config, items):
-    rank = {name: i for i, name in enumerate(LONG_FIRST)}
-    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: a file's tests keep their order
-
 
 @pytest.fixture(scope="session")
 def nats_server():

@@ -87,18 +87,23 @@ def test_an_expired_key_leaves_a_limit_marker_read_as_a_purge(spark, nats_server
     assert read_bucket(spark, nats_server, bucket) == [("stay", "PUT", b"s", None), ("k", "PURGE", b"", "MaxAge")]
 
 
+@pytest.mark.parametrize("mode", ["acked", "batched"])
 def test_compare_and_set_rows_are_refused_when_stale_and_dead_lettered_when_asked(spark, nats_server, nats_client,
-                                                                                   stream_name):
+                                                                                   stream_name, mode):
+    """In fast-ingest batches too (issue #48): Expected-* headers are checked per message in a batch, and
+    a refusal ends its batch; the rows after it go in the next."""
     bucket = stream_name
     schema = "key string, data string, expected_revision long"
-    kv_write(spark, nats_server, bucket, [("k", "v1", 0)], schema, ensureBucket="create")  # create: rev 1
+    mode_option = {"publish.mode": mode}  # ensureBucket=create sets allow_batched unless acked
+    kv_write(spark, nats_server, bucket, [("k", "v1", 0)], schema, ensureBucket="create", **mode_option)  # rev 1
+    assert bool(nats_client.stream_config(f"KV_{bucket}").get("allow_batched")) == (mode == "batched")
     with pytest.raises(PySparkException) as info:
-        kv_write(spark, nats_server, bucket, [("k", "again", 0)], schema)
+        kv_write(spark, nats_server, bucket, [("k", "again", 0)], schema, **mode_option)
     text = str(info.value)
     assert "PublishError" in text and f"$KV.{bucket}.k" in text and "10071" in text, text[:3000]
     nats_client.add_stream(f"{stream_name}DLQ", [f"{stream_name}.dlq"])
     kv_write(spark, nats_server, bucket, [("k", "v2", 1), ("k", "stale", 1), ("new", "n", 0)], schema,
-             deadLetterSubject=f"{stream_name}.dlq")
+             deadLetterSubject=f"{stream_name}.dlq", **mode_option)
     kv = kv_of(nats_client, bucket)
     assert history(nats_client, kv, "k") == [("PUT", b"v2")]  # history 1: the latest only
     assert latest(nats_client, kv, "new") == b"n"

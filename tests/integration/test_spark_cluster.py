@@ -85,6 +85,7 @@ def _run_standalone(work, port, env, master_log, worker_log):
                     proc.wait(30)
 
 
+@pytest.mark.slow  # 80-96 s (a master, a worker and an executor JVM of their own): out of CI's 25 minutes
 def test_orders_pipeline_on_a_standalone_cluster_against_a_nats_cluster(
         spark_standalone, executor_python, nats_cluster, tmp_path):
     master_url, work = spark_standalone
