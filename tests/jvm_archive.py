@@ -4,8 +4,7 @@ Why: about a third of the suite's CPU went to starting JVMs (the session's, and 
 servers the tests run as their own processes). A minimal local session's start, one count and its stop
 took 19 CPU-seconds on 2 cores; with the classes such a run loads mapped from a dynamic CDS archive
 (JDK 13+, ``-XX:ArchiveClassesAtExit`` then ``-XX:SharedArchiveFile``), 10. The archive is built once per
-Java, PySpark and interpreter (about 70 s, in the background, cached under ``~/.cache``; a lock for the
-builders),
+Java, PySpark and interpreter (about 30 s, cached under ``~/.cache``; two test processes take a lock),
 by a run that touches what the tests use: SQL, a shuffle, Arrow, a Python data source batch and
 streaming read and a batch write, parquet.
 
@@ -14,8 +13,7 @@ the archive and starts as before; the JVM's CDS messages are turned off so that 
 stderr. Nothing here changes what a JVM computes, only where its classes are read from. Turned off with
 ``JETSTREAM_TESTS_NO_CDS=1``; a ``JAVA_TOOL_OPTIONS`` the caller set is kept as it is.
 
-    python -m tests.jvm_archive --build <archive>   # what ensure() starts in the background
-    python -m tests.jvm_archive <partial>           # the warm-up run whose JVM writes the archive
+    python -m tests.jvm_archive <archive>      # the archive-building run (what ensure() starts)
 """
 
 from __future__ import annotations
@@ -44,62 +42,30 @@ def _key() -> str:
 
 
 def ensure() -> Path | None:
-    """Where the archive for this Java and PySpark is, or will be: when it is missing, a background
-    process builds it (``python -m tests.jvm_archive --build``) and nobody waits for it. A JVM pointed
-    at an archive that does not exist yet starts as it would without one (silently: the CDS messages
-    are off), so the test processes run their first tests meanwhile instead of idling for the build
-    (measured: 74 s on 2 cores, during which one core was idle). None if the cache cannot be made."""
+    """The archive for this Java and PySpark, built if missing; None if it cannot be built (then the JVMs
+    start as they would without it)."""
     cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "pyspark-jetstream-tests"
     try:
         cache.mkdir(parents=True, exist_ok=True)
         archive = cache / f"spark-{_key()}.jsa"
-        if not archive.exists() and not _being_built(archive):
-            env = {k: v for k, v in os.environ.items() if k != "JAVA_TOOL_OPTIONS"}
-            subprocess.Popen([sys.executable, "-m", "tests.jvm_archive", "--build", str(archive)], env=env,
-                             cwd=Path(__file__).resolve().parents[1], stdin=subprocess.DEVNULL,
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        with open(cache / f"{archive.name}.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # the other test process waits for the one building it
+            if not archive.exists():
+                partial = archive.with_suffix(".partial")
+                with contextlib.suppress(FileNotFoundError):
+                    partial.unlink()
+                env = {**os.environ, "JAVA_TOOL_OPTIONS": f"{C1_ONLY} -XX:ArchiveClassesAtExit={partial} {QUIET}"}
+                subprocess.run([sys.executable, "-m", "tests.jvm_archive", str(partial)], env=env, timeout=600,
+                               cwd=Path(__file__).resolve().parents[1], stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL, check=True)
+                partial.rename(archive)
         return archive
     except (OSError, subprocess.SubprocessError):
         return None
 
 
-def _lock(archive: Path):
-    return open(archive.with_name(f"{archive.name}.lock"), "w")
-
-
-def _being_built(archive: Path) -> bool:
-    """Whether a builder holds the archive's lock now (one that has not taken it yet finds the archive
-    there when it does, and does nothing)."""
-    with _lock(archive) as lock:
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return True
-        fcntl.flock(lock, fcntl.LOCK_UN)
-        return False
-
-
-def _build(archive: Path) -> None:
-    """Under the archive's lock: unless another builder made it meanwhile, a warm-up run whose JVM writes
-    the archive to a partial file as it exits, then renamed into place (a JVM sees all of it or none)."""
-    with _lock(archive) as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if archive.exists():
-            return
-        partial = archive.with_suffix(".partial")
-        with contextlib.suppress(FileNotFoundError):
-            partial.unlink()
-        env = {**os.environ, "JAVA_TOOL_OPTIONS": f"{C1_ONLY} -XX:ArchiveClassesAtExit={partial} {QUIET}",
-               "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable,
-               "SPARK_LOCAL_IP": "127.0.0.1"}
-        subprocess.run([sys.executable, "-m", "tests.jvm_archive", str(partial)], env=env, timeout=600,
-                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
-        partial.rename(archive)
-
-
 def java_options() -> str:
-    """What JAVA_TOOL_OPTIONS the tests' JVMs get: C1 only (conftest says why), and the archive (used by the
-    JVMs started once it is there)."""
+    """What JAVA_TOOL_OPTIONS the tests' JVMs get: C1 only (conftest says why), and the archive if there is one."""
     if os.environ.get("JETSTREAM_TESTS_NO_CDS"):
         return C1_ONLY
     archive = ensure()
@@ -184,8 +150,5 @@ def _touch_what_the_tests_use() -> None:
 
 
 if __name__ == "__main__":
-    if sys.argv[1] == "--build":
-        _build(Path(sys.argv[2]))
-    else:
-        _touch_what_the_tests_use()
+    _touch_what_the_tests_use()
     sys.exit(0)
