@@ -4,7 +4,7 @@ Why: about a third of the suite's CPU went to starting JVMs (the session's, and 
 servers the tests run as their own processes). A minimal local session's start, one count and its stop
 took 19 CPU-seconds on 2 cores; with the classes such a run loads mapped from a dynamic CDS archive
 (JDK 13+, ``-XX:ArchiveClassesAtExit`` then ``-XX:SharedArchiveFile``), 10. The archive is built once per
-Java, PySpark and interpreter (about 30 s, cached under ``~/.cache``; two test processes take a lock),
+Java, PySpark and interpreter (about 75 s on 2 cores, under ``~/.cache``; two test processes take a lock),
 by a run that touches what the tests use: SQL, a shuffle, Arrow, a Python data source batch and
 streaming read and a batch write, parquet.
 

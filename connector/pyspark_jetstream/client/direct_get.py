@@ -79,8 +79,8 @@ async def _direct(nc, stream: str, subjects: list[str], up_to: int | None, prefi
 
     Asked again, for at most ``patience`` seconds: a batch ended by ``404 Message Not Found`` (a
     message expired or replaced between the server's lookup and its load), by ``503`` (no store
-    answers direct gets just now) or by an EOB not of the view asked for. Messages a batch delivered before such an end are kept: each is the subject's last at
-    ``up_to``, whoever sent it."""
+    answers direct gets just now) or by an EOB not of the view asked for. Messages a batch delivered
+    before such an end are kept: each is the subject's last at ``up_to``, whoever sent it."""
     api = f"DIRECT.GET.{stream}"
     found: dict[bytes, DirectMessage] = {}
     missing = list(subjects)
