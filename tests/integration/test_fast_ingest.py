@@ -19,7 +19,9 @@ from nats.js.api import StreamConfig
 from pyspark_jetstream.client.fast_publisher import (
     FastIngestUnavailable,
     FastPublisher,
+    Feed,
     check_stream,
+    prepare,
 )
 from pyspark_jetstream.protocol.fast_ingest import BatchReplies
 from pyspark_jetstream.protocol.frames import pub_frame
@@ -311,3 +313,61 @@ def test_a_batch_that_never_ends_fails_by_its_deadline(nats_server, stream_name)
         return time.monotonic() - started
 
     assert _run(scenario()) < 10
+
+
+class _FeedPublisher(FastPublisher):
+    """Counts the pings and end-of-batch frames it sends; drops the first end-of-batch when asked."""
+
+    drop_eob = False
+
+    def __init__(self, nc, **options) -> None:
+        super().__init__(nc, **options)
+        self.pings = self.eobs = 0
+
+    async def _send(self, buffer: bytes) -> None:
+        if buffer.startswith(b"PUB ") and b".4.$FI " in buffer:
+            self.pings += 1
+        if buffer.startswith(b"PUB ") and b".3.$FI " in buffer:
+            self.eobs += 1
+            if self.drop_eob and self.eobs == 1:
+                return
+        await super()._send(buffer)
+
+
+@pytest.mark.parametrize("lose_eob", [False, True], ids=["end-of-batch", "lost-end-of-batch"])
+def test_an_open_feed_is_one_batch_across_pauses_and_commits_when_it_closes(nats_server, stream_name, lose_eob):
+    """The sink's way, one batch per task: messages come in parts, with pauses longer than the deadline
+    between them (a partial flow interval is never acked before the commit: waiting for the feed is not
+    waiting for the server). Pings keep the batch alive, and closing the feed commits it with an
+    end-of-batch (the last message went out as an append). A lost end-of-batch is sent again."""
+    messages = _messages(stream_name, 700)
+
+    async def scenario():
+        nc = await nats.connect(nats_server.url)
+        js = nc.jetstream()
+        await _stream(js, stream_name)
+        pub = _FeedPublisher(nc, flow=100, ping_after=0.1, ack_timeout=0.5)
+        pub.drop_eob = lose_eob
+        await pub.start()
+        feed = Feed()
+        job = asyncio.ensure_future(pub.publish_feed(feed))
+        for part in (messages[:1], messages[1:450], messages[450:]):
+            pings = pub.pings
+            feed.add(prepare(part), [m[0] for m in part], [m[3] for m in part])
+            started = time.monotonic()
+            await _until(lambda pings=pings: _idle(pub, feed.end, pings + 8), "everything sent, then pings while idle")
+            assert time.monotonic() - started > pub.ack_timeout and not job.done()
+        feed.close()
+        result = await job
+        stored = await _stored(js, stream_name)
+        await nc.close()
+        return result, stored, pub.eobs
+
+    result, stored, eobs = _run(scenario())
+    assert stored == _expected(messages)
+    assert (result.stored, result.batches, result.resent, result.refused) == (700, 1, 0, None)
+    assert eobs == (2 if lose_eob else 1)
+
+
+async def _idle(pub: FastPublisher, sent: int, pings: int) -> bool:
+    return pub.window.sent == sent and pub.pings >= pings

@@ -2,6 +2,9 @@
 
 :meth:`FastPublisher.publish` stores a list of ``(subject, headers, payload, msg_id)`` in order, once
 each, in one fast-ingest batch (or several, see below), and returns what the final PubAcks said.
+:meth:`FastPublisher.publish_feed` does the same for a :class:`Feed` its caller adds messages to over
+time (the sink: a task's slices): the batch grows with the feed and commits when the feed closes, with
+its last message or, when that went out before the feed closed, with an end-of-batch (stores nothing).
 What a batch is and what each answer means lives in :mod:`pyspark_jetstream.protocol.fast_ingest`;
 this module moves bytes and waits:
 
@@ -10,8 +13,11 @@ this module moves bytes and waits:
   sink writes its rows; answers come on one raw subscription ``<inbox>.>``, straight from nats-py's
   parser, and only those of the batch under way count;
 - message 1 goes alone; then at most ``outstanding`` flow intervals run ahead of the last flow ack;
-- every wait has a deadline: silence for ``ping_after`` sends a ping (the server answers with its last
-  flow ack, or with the gap that ends the batch), silence for ``ack_timeout`` fails the publish.
+- every wait on the server has a deadline: silence for ``ping_after`` sends a ping (the server answers
+  with its last flow ack, or with the gap that ends the batch), silence for ``ack_timeout`` fails the
+  publish. A batch that has sent all its feed holds waits for the feed, not the server (which acks only
+  whole flow intervals before the commit): it pings every ``ping_after``, which keeps it alive on the
+  server past its 10 s idle limit and finds any message lost on the way.
 
 Where a batch ends early the publisher starts another from where the end says: after a gap (messages
 lost on the way, a new stream leader) from the PubAck's count + 1; after 10208 "unknown batch" (idle
@@ -80,6 +86,70 @@ class FastIngestResult:
     and dropped others says only its count: its duplicates are counted as stored."""
 
 
+class Feed:
+    """Messages handed to a publisher over time: ``prepared`` frames (:func:`prepare`'s layout) with
+    each one's subject, ``Nats-Msg-Id`` and a tag the caller gets back with a refusal. Positions are
+    absolute (the first message added is 0) and stay so when stored messages are forgotten.
+
+    A closed feed takes no more: the batch under way commits with its last message. An open one keeps
+    its batch open (pings keep it alive on the server) until more messages come or it closes."""
+
+    FORGET_EVERY = 4096
+
+    def __init__(self) -> None:
+        self.prepared: list[tuple[bytes, bytes, bytes]] = []
+        self.subjects: list[str] = []
+        self.ids: list[str | None] = []
+        self.tags: list[Any] = []
+        self.offset = 0  # the position of prepared[0]
+        self.closed = False
+        self.on_change: Any = None
+
+    @property
+    def end(self) -> int:
+        """The position after the last message added."""
+        return self.offset + len(self.prepared)
+
+    def add(self, prepared: Sequence[tuple[bytes, bytes, bytes]], subjects: Sequence[str],
+            ids: Sequence[str | None], tags: Sequence[Any] | None = None) -> None:
+        if self.closed:
+            raise ValueError("a closed feed takes no more messages")
+        self.prepared += prepared
+        self.subjects += subjects
+        self.ids += ids
+        self.tags += tags if tags is not None else [None] * len(prepared)
+        self._changed()
+
+    def close(self) -> None:
+        self.closed = True
+        self._changed()
+
+    def _changed(self) -> None:
+        if self.on_change is not None:
+            self.on_change()
+
+    def subject(self, position: int) -> str:
+        return self.subjects[position - self.offset]
+
+    def msg_id(self, position: int) -> str | None:
+        return self.ids[position - self.offset]
+
+    def forget_before(self, position: int) -> None:
+        """Messages before ``position`` are stored: they are never sent again (a few thousand at once)."""
+        drop = position - self.offset
+        if drop >= self.FORGET_EVERY:
+            for values in (self.prepared, self.subjects, self.ids, self.tags):
+                del values[:drop]
+            self.offset = position
+
+    def remove(self, position: int) -> Any:
+        """Take the message at ``position`` out (the server refused it); the ones after it move up one.
+        Returns its tag."""
+        k = position - self.offset
+        del self.prepared[k], self.subjects[k], self.ids[k]
+        return self.tags.pop(k)
+
+
 def header_block(headers: Headers, msg_id: str | None) -> bytes:
     lines = ["NATS/1.0\r\n"]
     if msg_id:
@@ -141,8 +211,11 @@ class FastPublisher:
         self._sub = None
         self._batch_id = ""
         self._batches = 0
+        self._base = 0  # the feed position of the batch's message 1
         self.window = fi.FlowWindow(0)
         self._changed = asyncio.Event()
+        self.progress = asyncio.Event()
+        """Set when the last flow ack moves or a batch ends (for a caller waiting for room)."""
         self._last_progress = 0.0
         self._closed: str | None = None
 
@@ -178,6 +251,7 @@ class FastPublisher:
             # Progress, not mere words: a ping's answer repeats the last ack and must not keep a stuck
             # batch alive past ack_timeout.
             self._last_progress = time.monotonic()
+            self.progress.set()
         self._changed.set()
 
     async def publish(self, messages: Sequence[Message]) -> FastIngestResult:
@@ -187,14 +261,35 @@ class FastPublisher:
                                msg_ids: Sequence[str | None]) -> FastIngestResult:
         """:meth:`publish` of frames already cut around their reply subject (:func:`prepare`'s layout),
         with each message's subject and ``Nats-Msg-Id`` beside them."""
-        total, done, last_seq, resent, duplicates = len(prepared), 0, 0, 0, 0
+        feed = Feed()
+        feed.add(prepared, subjects, msg_ids)
+        feed.close()
+        return await self.publish_feed(feed)
+
+    @property
+    def stored_upto(self) -> int:
+        """The feed position before which every message is known stored (the last flow ack)."""
+        return self._base + self.window.acked
+
+    async def publish_feed(self, feed: Feed, start: int = 0) -> FastIngestResult:
+        """Publish ``feed`` from position ``start`` until it is closed and every message is stored, or
+        the server refuses one (the result's ``refused`` names its position; nothing after it is
+        stored). ``stored`` counts from ``start``."""
+        feed.on_change = self._changed.set
+        done, last_seq, resent, duplicates = start, 0, 0, 0
         first_batch = self._batches
         busy_since: float | None = None
         retries = 0
         progress_at = time.monotonic()
-        while done < total:
-            size = total - done if self.max_batch <= 0 else min(self.max_batch, total - done)
-            end = await self._batch(prepared, done, size)
+        while True:
+            if done >= feed.end:
+                if feed.closed:
+                    break
+                self._changed.clear()
+                await self._changed.wait()  # nothing to send and no batch open: no deadline to keep
+                progress_at = time.monotonic()
+                continue
+            end = await self._batch(feed, done)
             final = self.window.final
             if (end.kind == fi.RESUME and isinstance(final, fi.BatchError) and final.no_responders
                     and not is_clustered(self._nc)):
@@ -207,19 +302,19 @@ class FastPublisher:
                 progress_at = time.monotonic()
                 last_seq = end.stream_seq or last_seq
             if end.kind == fi.DONE:
-                done += size
+                done += self.window.total
                 busy_since = None
                 continue
             if end.kind == fi.REFUSED:
                 position = done + end.refused - 1
                 error = end.error
-                refusal = Refusal(position, subjects[position], error.code, error.err_code, error.description)
-                return FastIngestResult(done + end.stored, last_seq, self._batches - first_batch, resent, refusal,
-                                        duplicates)
+                refusal = Refusal(position, feed.subject(position), error.code, error.err_code, error.description)
+                return FastIngestResult(done + end.stored - start, last_seq, self._batches - first_batch, resent,
+                                        refusal, duplicates)
             if end.kind == fi.FATAL or (end.kind == fi.RETRY and end.error.no_responders
                                         and not is_clustered(self._nc)):
                 raise FastIngestUnavailable(f"the stream refused the batch: {end.error}")
-            self._check_resend(msg_ids, done + end.stored, end.in_doubt)
+            self._check_resend(feed, done + end.stored, end.in_doubt)
             resent += end.in_doubt
             done += end.resume_from - 1
             now = time.monotonic()
@@ -232,60 +327,112 @@ class FastPublisher:
             elif now - progress_at > self.ack_timeout:
                 raise AckTimeoutError(f"Batches kept ending without storing anything for {self.ack_timeout:g}s "
                                       f"(at message {done}): {end.error or 'a gap'}")
-        return FastIngestResult(total, last_seq, self._batches - first_batch, resent, duplicates=duplicates)
+        return FastIngestResult(done - start, last_seq, self._batches - first_batch, resent, duplicates=duplicates)
 
     @staticmethod
-    def _check_resend(msg_ids: Sequence[str | None], first: int, in_doubt: int) -> None:
+    def _check_resend(feed: Feed, first: int, in_doubt: int) -> None:
         """Messages sent without a word back are resent: exactly-once only with their message id."""
-        missing = [p for p in range(first, first + in_doubt) if not msg_ids[p]]
+        missing = [p for p in range(first, first + in_doubt) if not feed.msg_id(p)]
         if missing:
             raise JetStreamConnectorError(
                 f"The batch ended with {in_doubt} messages in doubt (from {first}), and message {missing[0]} has "
                 "no Nats-Msg-Id: resending it could store it twice.")
 
-    async def _batch(self, prepared: Sequence[tuple[bytes, bytes, bytes]], base: int, size: int) -> fi.BatchEnd:
-        """One batch of ``prepared[base:base + size]``, sent and waited on until its end."""
+    def _last_message(self, feed: Feed) -> int:
+        """The batch sequence that commits, once known: the feed's last message when it is closed, or the
+        batch's size limit; 0 while more may come."""
+        available = feed.end - self._base
+        if self.max_batch > 0 and available >= self.max_batch:
+            return self.max_batch
+        return available if feed.closed else 0
+
+    async def _batch(self, feed: Feed, base: int) -> fi.BatchEnd:
+        """One batch of the feed from position ``base``, sent and waited on until its end. It grows while
+        the feed does; it commits with the feed's last message, or, when that went out as an append
+        before the feed closed, with an end-of-batch that stores nothing."""
         self._batches += 1
+        self._base = base
         self._batch_id = f"{secrets.token_hex(8)}{self._batches}"
         replies = fi.BatchReplies(self._inbox, self._batch_id, self.flow)
-        self.window = fi.FlowWindow(size, self.outstanding)
+        head = replies.head.encode()
+        self.window = fi.FlowWindow(feed.end - base, self.outstanding)
         self._last_progress = pinged = time.monotonic()
+        committed = eob = False
         while self.window.final is None:
             if self._closed is not None or self._nc.is_closed:
                 raise JetStreamConnectorError(f"The NATS connection was closed during a fast-ingest batch: "
                                               f"{self._closed or 'closed'}")
             window = self.window
-            limit = window.limit()
-            if window.sent < limit:
-                upto = min(limit, window.sent + self.chunk)
-                self.window = window.sending(upto)  # before the await: answers may come during it
-                self._changed.clear()
-                await self._send(self._frames(prepared, base, replies.head.encode(), window.sent + 1, upto, size))
-                continue
+            if not committed:
+                last = self._last_message(feed)
+                total = last or feed.end - base
+                if total != window.total and not window.stopped:
+                    self.window = window = dataclasses.replace(window, total=total)
+                limit = window.limit()
+                if window.sent < limit:
+                    upto = min(limit, window.sent + self.chunk)
+                    self.window = window.sending(upto)  # before the await: answers may come during it
+                    self._changed.clear()
+                    committed = upto == last
+                    await self._send(self._frames(feed.prepared, base - feed.offset, head, window.sent + 1, upto,
+                                                  last))
+                    continue
+                if last and window.sent == last and window.every and not window.stopped:
+                    committed = eob = True
+                    self._changed.clear()
+                    await self._send(self._end_of_batch(feed, base, replies, last))
+                    continue
             self._changed.clear()
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(self._changed.wait(), self.ping_after)
             now = time.monotonic()
-            if self.window.final is None and now - self._last_progress >= self.ping_after:
+            window = self.window
+            if window.acked > 0:
+                feed.forget_before(base + window.acked - 1)  # the last acked one names the ping's subject
+            if window.final is not None:
+                continue
+            idle = not committed and window.every and window.sent >= feed.end - base and not window.stopped
+            if idle:
+                # All there is was sent: the batch waits for the feed, not for the server (which acks only
+                # whole flow intervals until the commit). Pings keep it alive and find any gap.
+                self._last_progress = now
+            stalled = window.sent and now - self._last_progress >= self.ping_after
+            if (stalled or idle) and now - pinged >= self.ping_after:
                 if now - self._last_progress >= self.ack_timeout:
                     raise AckTimeoutError(
-                        f"No progress in a fast-ingest batch for {self.ack_timeout:g}s ({self.window.sent} of {size} "
-                        f"sent, {self.window.acked} acked, from message {base}). The server may be down or overloaded.")
-                if now - pinged >= self.ping_after and self.window.sent:
-                    pinged = now
-                    subject = prepared[base + self.window.sent - 1][0][5:-1].decode()
-                    await self._send(pub_frame(subject, replies.ping(self.window.sent), b""))
+                        f"No progress in a fast-ingest batch for {self.ack_timeout:g}s ({window.sent} sent, "
+                        f"{window.acked} acked, from message {base}). The server may be down or overloaded.")
+                pinged = now  # a ping also keeps an idle batch alive on the server (its 10 s limit)
+                if eob and not window.stopped:
+                    # A lost end-of-batch leaves no gap for a ping to find: it is sent again (a second
+                    # one is ignored while the commit runs, or answered 10208 once the batch is over).
+                    await self._send(self._end_of_batch(feed, base, replies, window.sent))
+                    continue
+                subject = feed.subject(base + window.sent - 1)
+                await self._send(pub_frame(subject, replies.ping(window.sent), b""))
         return self.window.end()
 
     @staticmethod
+    def _end_of_batch(feed: Feed, feed_base: int, replies: fi.BatchReplies, last: int) -> bytes:
+        """The commit of a batch whose last message went out as an append: an end-of-batch (stores
+        nothing) on the last message's subject, the stream's."""
+        return pub_frame(feed.subject(feed_base + last - 1), replies.subject(last + 1, fi.OP_COMMIT_EOB), b"")
+
+    @staticmethod
     def _frames(prepared: Sequence[tuple[bytes, bytes, bytes]], base: int, head: bytes, first: int, last: int,
-                size: int) -> bytes:
-        """Messages ``first..last`` (batch sequences) as one buffer of HPUB frames."""
+                commit: int) -> bytes:
+        """Messages ``first..last`` (batch sequences; message k is ``prepared[base + k - 1]``) as one
+        buffer of HPUB frames; message ``commit`` commits (0: none of them)."""
         parts: list[bytes] = []
         append = b".1.$FI"
         for k in range(first, last + 1):
             before, after, payload = prepared[base + k - 1]
-            op = append if 1 < k < size else b".%d.$FI" % fi.op_for(k, size)
+            if k == commit:
+                op = b".%d.$FI" % fi.OP_COMMIT
+            elif k == 1:
+                op = b".%d.$FI" % fi.OP_START
+            else:
+                op = append
             parts += (before, head, b"%d" % k, op, after, payload, CRLF)
         return b"".join(parts)
 

@@ -5,19 +5,22 @@
 ``close``, ``reply_prefix``, ``low_water``, the counters and ``failures``), so that the task picks
 one or the other. It is composed of two publishers:
 
-- a :class:`~pyspark_jetstream.client.fast_publisher.FastPublisher` on the target stream: each
-  ``publish`` call (one slice of the task's rows) is one batch in ``fail`` mode, resent from the last
-  flow ack after a gap, a leader change or an unknown batch, with the same ``Nats-Msg-Id`` s;
+- a :class:`~pyspark_jetstream.client.fast_publisher.FastPublisher` on the target stream: the task's
+  rows go in one batch in ``fail`` mode (a :class:`~pyspark_jetstream.client.fast_publisher.Feed` the
+  task's slices are added to), resent from the last flow ack after a gap, a leader change or an unknown
+  batch, with the same ``Nats-Msg-Id`` s;
 - the per-row :class:`Publisher` for dead letters (another stream) and for rows whose subject the
   target does not capture (the server refuses them as it would any, a batch would stop on them).
 
 Frames come encoded as for the per-row path (reply ``<inbox>.<position>``); each is cut around its
-reply subject once, and every batch names its own. A slice's batch runs in the background while the
-task encodes the next slice: :meth:`publish` first waits for the batch before it (batches of a task
-are sequential, so each subject's rows are stored in the order published). A refused row ends its
-batch (``fail`` mode: nothing after it is stored); it becomes an
-:class:`~.acks.AckFailure` as a per-row refusal would (task/refusals.py settles it), and the rest of
-the slice, with the rows sent before it whose fate was not told, goes in a new batch.
+reply subject once, and every batch names its own. The batch stays open from the task's first slice to
+:meth:`drain`, which commits it: a batch per slice cost the server an idle round trip or two at every
+slice (the last PubAck awaited, then message 1 alone), 10 to 25% of a 2,048-row slice's time
+(docs/architecture.md, "Fast-ingest writes"). :meth:`publish` returns once at most ``maxPendingAcks``
+rows of the batch are not known stored, so the task encodes its next slice while this one is sent. A
+refused row ends its batch (``fail`` mode: nothing after it is stored); it becomes an
+:class:`~.acks.AckFailure` as a per-row refusal would (task/refusals.py settles it), and the rows after
+it, with the rows sent before it whose fate was not told, go on in a new batch.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ import contextlib
 from collections.abc import Sequence
 from typing import Any
 
-from ...client.fast_publisher import FastPublisher
+from ...client.fast_publisher import FastPublisher, Feed
 from ...protocol.subjects import subject_matches
 from .acks import AckFailure
 
@@ -77,6 +80,9 @@ class BatchedPublisher:
         self._fast = FastPublisher(nc, ack_timeout=ack_timeout)
         self._target = TargetSubjects(subjects) if subjects else None
         self._job: asyncio.Task | None = None
+        self._feed = Feed()
+        self.room = 2 * acked.low_water
+        """Rows of the batch not known stored that :meth:`publish` leaves in flight (``maxPendingAcks``)."""
         self._failures: list[AckFailure] = []
         self._stored = 0  # rows the batches stored (duplicates the server dropped included)
         self._duplicates = 0  # of which known to be duplicates (FastIngestResult.duplicates)
@@ -137,31 +143,55 @@ class BatchedPublisher:
     # ------------------------------------------------------------- publishing
 
     async def publish(self, frames: list[tuple], *, dead_letter: bool = False) -> None:
-        """Start the batch of ``frames`` (OutFrame layout) once the one before it has ended; dead letters
-        and rows outside the target stream take the per-row publisher."""
+        """Add ``frames`` (OutFrame layout) to the task's batch, then wait until at most ``maxPendingAcks``
+        of its rows are not known stored; dead letters and rows outside the target stream take the
+        per-row publisher."""
         if dead_letter:
             await self.acked.publish(frames, dead_letter=True)
             return
-        await self._wait_job()
         if self._target is not None:
             target = self._target
             outside = [sent for sent in frames if sent[2] not in target]
             if outside:
                 frames = [sent for sent in frames if sent[2] in target]
                 await self.acked.publish(outside)
-        if frames:
-            self._job = asyncio.ensure_future(self._run(frames))
-
-    async def _wait_job(self) -> None:
-        job, self._job = self._job, None
-        if job is not None:
-            await job  # raises what ended it
-
-    async def _run(self, frames: list[tuple]) -> None:
-        """``frames`` in batches: one, unless the server refuses a row (see the module docstring)."""
+        if not frames:
+            return
+        feed = self._open_feed()
         prepared, subjects, ids = cut(frames)
-        while frames:
-            result = await self._fast.publish_prepared(prepared, subjects, ids)
+        feed.add(prepared, subjects, ids, frames)
+        await self._wait_room(feed)
+
+    def _open_feed(self) -> Feed:
+        """The feed of the batch under way, or a new one (the first rows, or rows after a drain)."""
+        if self._job is not None and self._job.done():
+            job, self._job = self._job, None
+            job.result()  # raises what ended it
+        if self._job is None:
+            self._feed = Feed()
+            self._job = asyncio.ensure_future(self._run(self._feed))
+        return self._feed
+
+    async def _wait_room(self, feed: Feed) -> None:
+        """Until at most ``room`` rows of ``feed`` are not known stored, or the batch ends (raising what
+        ended it). The batch's own deadlines bound the wait."""
+        fast, job = self._fast, self._job
+        while feed.end - fast.stored_upto > self.room and not job.done():
+            fast.progress.clear()
+            waiter = asyncio.ensure_future(fast.progress.wait())
+            try:
+                await asyncio.wait((job, waiter), return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                waiter.cancel()
+        if job.done():
+            self._job = None
+            job.result()
+
+    async def _run(self, feed: Feed) -> None:
+        """``feed`` in batches: one, unless the server refuses a row (see the module docstring)."""
+        start = 0
+        while True:
+            result = await self._fast.publish_feed(feed, start)
             self._stored += result.stored
             self._duplicates += result.duplicates
             self.batches += result.batches
@@ -169,18 +199,18 @@ class BatchedPublisher:
             refused = result.refused
             if refused is None:
                 return
-            p = refused.position
-            sent = frames[p]
+            sent = feed.remove(refused.position)
             self._failures.append(AckFailure(sent[0], sent, refused.code, refused.err_code, refused.description,
                                              False))
             # Rows before it not told stored (no final PubAck came) go again: their ids drop any copy.
-            keep = list(range(result.stored, p)) + list(range(p + 1, len(frames)))
-            frames = [frames[k] for k in keep]
-            prepared, subjects, ids = [prepared[k] for k in keep], [subjects[k] for k in keep], [ids[k] for k in keep]
+            start += result.stored
 
     async def drain(self) -> None:
-        """Wait for the last batch to end and every per-row publish to have its PubAck."""
-        await self._wait_job()
+        """Commit the task's batch and wait for its end, and for every per-row publish to have its PubAck."""
+        job, self._job = self._job, None
+        if job is not None:
+            self._feed.close()
+            await job  # raises what ended it
         await self.acked.drain()
 
     async def abort(self) -> None:
