@@ -60,13 +60,18 @@ def api(nc, subject: str, body: dict):
     return go()
 
 
-async def make_stream(url: str, name: str) -> None:
+async def make_stream(url: str, name: str, batched: bool = False) -> None:
+    """A file stream taking ``<name>.>``, TTLs, a 2-minute duplicate window; ``batched``: fast-ingest
+    batches allowed too (``allow_batched``, nats-server 2.14+)."""
     import nats
 
+    config = {"name": name, "subjects": [f"{name}.>"], "storage": "file", "allow_msg_ttl": True,
+              "duplicate_window": 120 * 10**9}
+    if batched:
+        config["allow_batched"] = True
     nc = await nats.connect(url)
     try:
-        await api(nc, f"STREAM.CREATE.{name}", {"name": name, "subjects": [f"{name}.>"], "storage": "file",
-                                                 "allow_msg_ttl": True, "duplicate_window": 120 * 10**9})
+        await api(nc, f"STREAM.CREATE.{name}", config)
     finally:
         await nc.close()
 
@@ -276,9 +281,9 @@ def connector_stream_read(spark, url: str, stream: str, partitions: int, per_tri
 
 
 def connector_batch_write(spark, url: str, stream: str, rows: int, size: int, partitions: int,
-                          fmt: str = "jetstream") -> float:
+                          fmt: str = "jetstream", mode: str | None = None) -> float:
     """The time of the write job; with ``fmt`` ``noio_sink`` (noio_sink.py), the same job into a Python
-    writer that does no I/O: Spark's own cost of the job."""
+    writer that does no I/O: Spark's own cost of the job. ``mode``: the option ``publish.mode``."""
     from pyspark.sql import functions as F
 
     df = (
@@ -291,8 +296,11 @@ def connector_batch_write(spark, url: str, stream: str, rows: int, size: int, pa
         .cache()
     )
     df.count()
+    writer = df.write.format(fmt).mode("append").option("servers", url).option("stream", stream)
+    if mode is not None:
+        writer = writer.option("publish.mode", mode)
     start = time.perf_counter()
-    df.write.format(fmt).mode("append").option("servers", url).option("stream", stream).save()
+    writer.save()
     elapsed = time.perf_counter() - start
     df.unpersist()
     return elapsed
@@ -615,7 +623,8 @@ def writes(spark, url: str, write_sets: list[tuple[int, int]], repeat: int, resu
     connector_batch_write(spark, url, "WARM", 5_000, 100, 2)
     n = 0
     for rows, size in write_sets:
-        times: dict[str, list[float]] = {"top": [], "raw": [], "conn": [], "spark": [], "conn1": []}
+        times: dict[str, list[float]] = {"top": [], "raw": [], "conn": [], "spark": [], "conn1": [], "fast": [],
+                                         "fast1": []}
         paths = {
             "spark": lambda name, rows=rows, size=size: connector_batch_write(spark, url, name, rows, size, 2,
                                                                               "noio_sink"),
@@ -624,13 +633,19 @@ def writes(spark, url: str, write_sets: list[tuple[int, int]], repeat: int, resu
             "conn": lambda name, rows=rows, size=size: connector_batch_write(spark, url, name, rows, size, 2),
             # One connection and one process, as the raw client: what a task alone does.
             "conn1": lambda name, rows=rows, size=size: connector_batch_write(spark, url, name, rows, size, 1),
+            # Fast-ingest batches (issue #48): the same stream config with allow_batched (which a plain
+            # publish does not notice), so that the default publish.mode=auto writes the others per row.
+            "fast": lambda name, rows=rows, size=size: connector_batch_write(spark, url, name, rows, size, 2,
+                                                                             mode="batched"),
+            "fast1": lambda name, rows=rows, size=size: connector_batch_write(spark, url, name, rows, size, 1,
+                                                                              mode="batched"),
         }
         for r in range(repeat):
             order = list(paths)[r % len(paths):] + list(paths)[:r % len(paths)]
             for path in order:
                 n += 1
                 name = f"{path.upper()}{n}"
-                asyncio.run(make_stream(url, name))
+                asyncio.run(make_stream(url, name, batched=path.startswith("fast")))
                 collect_garbage(spark)
                 times[path].append(paths[path](name))
                 assert asyncio.run(stream_messages(url, name)) == (0 if path == "spark" else rows), path
@@ -651,6 +666,10 @@ def writes(spark, url: str, write_sets: list[tuple[int, int]], repeat: int, resu
                               statistics.median(conn_times) - spark_job, base, ceiling=top))
         results.append(Result(f"batch write {label}, TTL + msg id, 1 partition", rows, size,
                               statistics.median(times["conn1"]), base, ceiling=top))
+        results.append(Result(f"batch write {label}, TTL + msg id, 2 partitions, fast-ingest batches", rows, size,
+                              statistics.median(times["fast"]), base, ceiling=top))
+        results.append(Result(f"batch write {label}, TTL + msg id, 1 partition, fast-ingest batches", rows, size,
+                              statistics.median(times["fast1"]), base, ceiling=top))
         if size == 100 and streaming:
             parquet_dir = os.path.join(out, ".tmp-parquet")
             (spark.range(rows, numPartitions=2)
