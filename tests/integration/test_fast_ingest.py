@@ -346,16 +346,16 @@ def test_an_open_feed_is_one_batch_across_pauses_and_commits_when_it_closes(nats
         nc = await nats.connect(nats_server.url)
         js = nc.jetstream()
         await _stream(js, stream_name)
-        pub = _FeedPublisher(nc, flow=100, ping_after=0.1, ack_timeout=0.5)
+        pub = _FeedPublisher(nc, flow=100, ping_after=0.1, ack_timeout=1.0)
         pub.drop_eob = lose_eob
         await pub.start()
         feed = Feed()
         job = asyncio.ensure_future(pub.publish_feed(feed))
-        for part in (messages[:1], messages[1:450], messages[450:]):
+        for part in (messages[:450], messages[450:]):  # 450: a partial flow interval waits for the feed
             pings = pub.pings
             feed.add(prepare(part), [m[0] for m in part], [m[3] for m in part])
             started = time.monotonic()
-            await _until(lambda pings=pings: _idle(pub, feed.end, pings + 8), "everything sent, then pings while idle")
+            await _until(lambda pings=pings: _idle(pub, feed.end, pings + 12), "everything sent, then pings while idle")
             assert time.monotonic() - started > pub.ack_timeout and not job.done()
         feed.close()
         result = await job
