@@ -20,6 +20,7 @@ monitoring port gives the server's own count of messages sent (``/varz`` ``out_m
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import socket
 import statistics
@@ -142,14 +143,17 @@ async def nats_py_copy(url: str, source: str, subject_of, count: int, *, last_pe
         await nc.publish(subject_of(msg.subject), msg.data, reply=f"{acks}.{i}", headers=msg.headers)
     await done.wait()
     elapsed = time.perf_counter() - start
-    await api(nc, f"CONSUMER.DELETE.{source}.{name}", {})
+    with contextlib.suppress(AssertionError):  # reaped already: idle past its inactive threshold
+        await api(nc, f"CONSUMER.DELETE.{source}.{name}", {})
     await nc.close()
     assert state["errors"] == 0, state
     return elapsed
 
 
-async def by_subject(url: str, stream: str, *, last_per_subject: bool = False) -> dict[str, list[bytes]]:
-    """Every message of ``stream`` (or the last of each subject), as nats-py reads it: subject -> data in order."""
+async def by_subject(url: str, stream: str, *, last_per_subject: bool = False,
+                     batch: int = 50_000) -> dict[str, list[bytes]]:
+    """Every message of ``stream`` (or the last of each subject), as nats-py reads it: subject -> data in order.
+    ``batch``: messages a pull asks for (each must arrive within its 30 s expiry)."""
     import nats
 
     nc = await nats.connect(url, pending_size=32 * 1024 * 1024)
@@ -166,9 +170,9 @@ async def by_subject(url: str, stream: str, *, last_per_subject: bool = False) -
     sub = await nc.subscribe(nc.new_inbox())
     while got < total:
         await nc.publish(f"$JS.API.CONSUMER.MSG.NEXT.{stream}.{name}",
-                         json.dumps({"batch": min(50_000, total - got), "expires": 30 * 10**9}).encode(),
+                         json.dumps({"batch": min(batch, total - got), "expires": 30 * 10**9}).encode(),
                          reply=sub.subject)
-        want = min(50_000, total - got)
+        want = min(batch, total - got)
         while want:
             msg = await sub.next_msg(timeout=30)
             if not msg.reply:
