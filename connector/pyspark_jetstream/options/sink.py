@@ -88,7 +88,7 @@ SINK_OPTIONS: tuple[OptionSpec, ...] = (
                parse_duration_seconds(1.0)),
     OptionSpec("publish.mode", "auto", "Expected one of 'auto', 'batched', 'acked'.",
                "How rows are published to a stream or bucket. `batched`: in fast-ingest batches (nats-server "
-               "2.14.3+, a stream with `allow_batched`; one batch per slice of a task's rows, a flow ack every "
+               "2.14.3+, a stream with `allow_batched`; one batch per task, a flow ack every "
                "few hundred rows instead of a PubAck per row); a write that cannot use them fails at start saying "
                "why. `acked`: every row awaits its own PubAck. `auto`: batched where the target allows it, else "
                "acked (the driver logs why once). See [Publish modes](#publish-modes).",
