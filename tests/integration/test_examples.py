@@ -115,6 +115,7 @@ def test_orders_pipeline_stops_on_sigterm_and_resumes_exactly_once(nats_server, 
     assert message.headers.get("Nats-TTL") == ["1h"]  # the order's TTL travelled with it
 
 
+@pytest.mark.slow  # 80 s, most of it waiting for a 30 s TTL (CI's 25 minutes); -m slow runs it
 def test_kv_latest_values_reads_the_bucket_as_nats_py_does():
     out = _run_example("kv_latest_values.py").stdout
     assert "Summarised 500 readings in 5 micro-batches into bucket SENSORS" in out
