@@ -427,12 +427,7 @@ class FastPublisher:
         append = b".1.$FI"
         for k in range(first, last + 1):
             before, after, payload = prepared[base + k - 1]
-            if k == commit:
-                op = b".%d.$FI" % fi.OP_COMMIT
-            elif k == 1:
-                op = b".%d.$FI" % fi.OP_START
-            else:
-                op = append
+            op = append if 1 < k != commit else b".%d.$FI" % fi.op_for(k, commit)
             parts += (before, head, b"%d" % k, op, after, payload, CRLF)
         return b"".join(parts)
 
