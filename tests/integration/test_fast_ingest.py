@@ -20,6 +20,7 @@ from pyspark_jetstream.client.fast_publisher import (
     FastIngestUnavailable,
     FastPublisher,
     Feed,
+    batch_frames,
     check_stream,
     prepare,
 )
@@ -293,8 +294,8 @@ class _NeverCommitting(FastPublisher):
     """Sends the last message as an append: the server stores it, answers pings, and waits for a commit."""
 
     @staticmethod
-    def _frames(prepared, base, head, first, last, size):
-        return FastPublisher._frames(prepared, base, head, first, last, size + 1)
+    def _frames(prepared, base, head, first, last, size, whole=False):
+        return batch_frames(prepared, base, head, first, last, size + 1, whole)
 
 
 def test_a_batch_that_never_ends_fails_by_its_deadline(nats_server, stream_name):

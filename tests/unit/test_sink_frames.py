@@ -28,7 +28,7 @@ from pyspark.sql.types import (
 )
 
 from pyspark_jetstream.sink.encode.encoder import BatchEncoder
-from pyspark_jetstream.sink.encode.frames import Frames
+from pyspark_jetstream.sink.encode.frames import Frames, ReplyForm
 from pyspark_jetstream.sink.encode.layout import EncoderConfig, layout_from_schema
 from pyspark_jetstream.sink.encode.msg_ids import MsgIds
 
@@ -40,14 +40,14 @@ IDS = [None, "", "id-1", "id-é", "dup", "bad\nid"]
 
 
 def encode_both(columns: dict, spark_fields: list, cfg: EncoderConfig, ids: MsgIds | None, first: int,
-                has_default: bool):
+                has_default: bool, reply: str | ReplyForm = "_INBOX.r4nd0m."):
     batch = pa.RecordBatch.from_pydict(columns)
     layout = layout_from_schema(StructType(spark_fields), has_default_subject=has_default)
     outs = []
     for columnar in (True, False):
         encoder = BatchEncoder(layout, cfg, MsgIds(ids.run, ids.partition) if ids else None)
         encoder.columnar = columnar
-        outs.append(encoder.encode(batch, first, "_INBOX.r4nd0m.", now=NOW))
+        outs.append(encoder.encode(batch, first, reply, now=NOW))
     return outs
 
 
@@ -92,8 +92,11 @@ def test_column_wise_frames_are_the_per_row_frames(seed):
         max_payload=rng.choice([1024 * 1024, 200, 330]),
     )
     ids = rng.choice([None, MsgIds("w0123456789abcdef", rng.randrange(4))])
-    fast, slow = encode_both(columns, fields, cfg, ids, rng.choice([0, 1, 10_000]), has_default)
+    reply = rng.choice(["_INBOX.r4nd0m.", ReplyForm("_INBOX.r.b7.500.fail.", ".1.$FI", 1)])  # a batch's own
+    fast, slow = encode_both(columns, fields, cfg, ids, rng.choice([0, 1, 10_000]), has_default, reply)
     assert fast.frames == slow.frames
+    form = ReplyForm(reply) if isinstance(reply, str) else reply
+    assert [f[1].split(b" ")[2] for f in fast.frames] == [form.of(f[0]).encode() for f in fast.frames]
     assert [(r.position, r.subject, r.reason, r.column, r.value, r.payload, r.msg_id) for r in fast.rejected] == \
         [(r.position, r.subject, r.reason, r.column, r.value, r.payload, r.msg_id) for r in slow.rejected]
     assert (fast.expired, fast.markers_skipped) == (slow.expired, slow.markers_skipped)

@@ -9,6 +9,7 @@ import pyarrow as pa
 import pytest
 
 from pyspark_jetstream.errors import PublishError
+from pyspark_jetstream.sink.encode.frames import ReplyForm
 from pyspark_jetstream.sink.encode.rows import EncodedBatch, RowRejection
 from pyspark_jetstream.sink.records.attempt import ReplayRecords
 from pyspark_jetstream.sink.task.write import MIN_SLICE, WriteTask
@@ -16,6 +17,7 @@ from pyspark_jetstream.sink.task.write import MIN_SLICE, WriteTask
 
 class _Publisher:
     reply_prefix, low_water = "_INBOX.t.", 3000
+    reply_form = ReplyForm(reply_prefix)
 
     def __init__(self) -> None:
         self.sent: list[tuple[list, bool]] = []

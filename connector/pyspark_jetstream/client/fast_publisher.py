@@ -166,6 +166,36 @@ def prepare(messages: Sequence[Message]) -> list[tuple[bytes, bytes, bytes]]:
             for subject, headers, payload, msg_id in messages]
 
 
+def cut_frame(frame: bytes) -> tuple[bytes, bytes, bytes]:
+    """A whole ``HPUB <subject> <reply> <hlen> <total>\\r\\n...\\r\\n`` frame as :func:`prepare`'s
+    ``(before the reply, after it, b"")``: a subject and a reply hold no space, so two searches find it."""
+    start = frame.index(b" ", 5) + 1
+    end = frame.index(b" ", start)
+    return frame[:start], frame[end:-2], b""
+
+
+def batch_frames(prepared: Sequence[tuple[bytes, bytes, bytes] | bytes], base: int, head: bytes, first: int,
+                 last: int, commit: int, whole: bool = False) -> bytes:
+    """Messages ``first..last`` of a batch (batch sequences; message k is ``prepared[base + k - 1]``, a
+    :func:`prepare` triple or a whole frame) as one buffer of HPUB frames under the batch's ``head``;
+    message ``commit`` commits (0: none of them). ``whole``: this is the batch whole frames were made
+    for (:meth:`FastPublisher.head_for_frames`), so an append's goes as it is; any other is cut and made
+    again."""
+    parts: list[bytes] = []
+    append = b".1.$FI"
+    for k in range(first, last + 1):
+        entry = prepared[base + k - 1]
+        if type(entry) is bytes:
+            if whole and 1 < k != commit:
+                parts.append(entry)
+                continue
+            entry = cut_frame(entry)
+        before, after, payload = entry
+        op = append if 1 < k != commit else b".%d.$FI" % fi.op_for(k, commit)
+        parts += (before, head, b"%d" % k, op, after, payload, CRLF)
+    return b"".join(parts)
+
+
 def _server_version(nc: Any) -> tuple[int, int, int]:
     version = nc.connected_server_version
     return version.major, version.minor, version.patch
@@ -210,6 +240,7 @@ class FastPublisher:
         self._inbox = ""
         self._sub = None
         self._batch_id = ""
+        self._reserved = ""  # the id the next batch from position 0 takes (frames made for it, see head_for_frames)
         self._batches = 0
         self._base = 0  # the feed position of the batch's message 1
         self.window = fi.FlowWindow(0)
@@ -265,6 +296,15 @@ class FastPublisher:
         feed.add(prepared, subjects, msg_ids)
         feed.close()
         return await self.publish_feed(feed)
+
+    def head_for_frames(self) -> str:
+        """The reply subject's head (``<inbox>.<batch id>.<flow>.fail.``) of the next batch that starts at
+        a feed's position 0, reserved now: a caller may make its frames whole for that batch beforehand
+        (:class:`Feed`, whole frames), which then go out as they are. Message 1 and the commit are cut and
+        made again (their operations differ), as is every frame of any other batch."""
+        if not self._reserved:
+            self._reserved = f"{secrets.token_hex(8)}r"
+        return fi.BatchReplies(self._inbox, self._reserved, self.flow).head
 
     @property
     def stored_upto(self) -> int:
@@ -352,7 +392,11 @@ class FastPublisher:
         before the feed closed, with an end-of-batch that stores nothing."""
         self._batches += 1
         self._base = base
-        self._batch_id = f"{secrets.token_hex(8)}{self._batches}"
+        whole = base == 0 and bool(self._reserved)
+        if whole:
+            self._batch_id, self._reserved = self._reserved, ""
+        else:
+            self._batch_id = f"{secrets.token_hex(8)}{self._batches}"
         replies = fi.BatchReplies(self._inbox, self._batch_id, self.flow)
         head = replies.head.encode()
         self.window = fi.FlowWindow(feed.end - base, self.outstanding)
@@ -375,7 +419,7 @@ class FastPublisher:
                     self._changed.clear()
                     committed = upto == last
                     await self._send(self._frames(feed.prepared, base - feed.offset, head, window.sent + 1, upto,
-                                                  last))
+                                                  last, whole))
                     continue
                 if last and window.sent == last and window.every and not window.stopped:
                     committed = eob = True
@@ -418,18 +462,7 @@ class FastPublisher:
         nothing) on the last message's subject, the stream's."""
         return pub_frame(feed.subject(feed_base + last - 1), replies.subject(last + 1, fi.OP_COMMIT_EOB), b"")
 
-    @staticmethod
-    def _frames(prepared: Sequence[tuple[bytes, bytes, bytes]], base: int, head: bytes, first: int, last: int,
-                commit: int) -> bytes:
-        """Messages ``first..last`` (batch sequences; message k is ``prepared[base + k - 1]``) as one
-        buffer of HPUB frames; message ``commit`` commits (0: none of them)."""
-        parts: list[bytes] = []
-        append = b".1.$FI"
-        for k in range(first, last + 1):
-            before, after, payload = prepared[base + k - 1]
-            op = append if 1 < k != commit else b".%d.$FI" % fi.op_for(k, commit)
-            parts += (before, head, b"%d" % k, op, after, payload, CRLF)
-        return b"".join(parts)
+    _frames = staticmethod(batch_frames)  # a seam: a test's publisher sends its commit as an append
 
     async def _send(self, buffer: bytes) -> None:
         await send_raw(self._nc, buffer)

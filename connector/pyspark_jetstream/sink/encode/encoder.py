@@ -47,7 +47,7 @@ import datetime as dt
 from typing import Any
 
 from .checks import RowChecks
-from .frames import Frames
+from .frames import Frames, ReplyForm
 from .headers import UserHeaders
 from .layout import EncoderConfig, InputLayout
 from .msg_ids import MsgIds, generated_ids
@@ -66,7 +66,7 @@ class BatchEncoder:
         self.frames = Frames(config.expected_stream, config.max_payload)
         self.columnar = True  # frames of batches without user headers or KV operations built column-wise
 
-    def encode(self, batch: Any, first_position: int, reply_prefix: str, now: dt.datetime | None = None,
+    def encode(self, batch: Any, first_position: int, reply: str | ReplyForm, now: dt.datetime | None = None,
                choice: RowChoice | None = None) -> EncodedBatch:
         """The batch's frames, refused rows (in row order) and counts.
 
@@ -75,6 +75,8 @@ class BatchEncoder:
         refused by a step is out of the later ones, so each row reports the first
         problem in that order.
         """
+        if isinstance(reply, str):
+            reply = ReplyForm(reply)
         n = batch.num_rows
         out = EncodedBatch()
         rows = Columns(self.layout, batch, n)
@@ -89,9 +91,9 @@ class BatchEncoder:
         ttl_headers, live = checks.ttls(rows, live, first_position, generated, header_ttls, now, out, ops)
         msg_ids, live = checks.msg_ids(rows, live, first_position, generated, header_ids, out)
         if ops is None and not pairs and self.columnar and choice is None:
-            self.frames.common(rows, live, first_position, reply_prefix, ttl_headers, msg_ids, out)
+            self.frames.common(rows, live, first_position, reply, ttl_headers, msg_ids, out)
         else:
-            self.frames.per_row(rows, live, first_position, reply_prefix, pairs, ttl_headers, msg_ids, out, ops,
+            self.frames.per_row(rows, live, first_position, reply, pairs, ttl_headers, msg_ids, out, ops,
                                 choice.publish if choice is not None else None)
         if len(out.rejected) > 1:
             out.rejected.sort(key=lambda r: r.position)

@@ -43,6 +43,20 @@ class OutFrame(NamedTuple):
         return self.frame[len(self.frame) - 2 - self.payload_len:len(self.frame) - 2]
 
 
+class ReplyForm(NamedTuple):
+    """The reply subject a frame is made with: ``<prefix><position + offset><suffix>`` for the row at task
+    position ``position``. The per-row publisher's is ``<inbox>.<position>``; a fast-ingest batch's is
+    its batch sequence with the append operation (``<head><position + 1>.1.$FI``), so that its frames go
+    out as they are (publish/batched.py)."""
+
+    prefix: str
+    suffix: str = ""
+    offset: int = 0
+
+    def of(self, position: int) -> str:
+        return f"{self.prefix}{position + self.offset}{self.suffix}"
+
+
 def too_large(position: int, subject: str, total: int, max_payload: int, payload: bytes,
               msg_id: str | None) -> RowRejection:
     return RowRejection(position, subject, f"the message is {total} bytes (headers and data), more than the "
@@ -57,7 +71,7 @@ class Frames:
         self._tail = f"{hdrs.EXPECTED_STREAM}: {expected_stream}\r\n\r\n" if expected_stream else "\r\n"
         self.max_payload = max_payload
 
-    def per_row(self, rows: Columns, live: list[int], first: int, reply_prefix: str,
+    def per_row(self, rows: Columns, live: list[int], first: int, reply: ReplyForm,
                 pairs: dict[int, list[tuple[str, str]]], ttl_headers: list[Any], msg_ids: list[str | None],
                 out: EncodedBatch, ops: list[Any] | None = None, extra: dict[int, str] | None = None) -> None:
         """The header block and the ``HPUB`` frame of each row left, within the server's max_payload.
@@ -91,10 +105,10 @@ class Frames:
                 out.rejected.append(too_large(pos, subjects[i], total, max_payload, payload, msg_id))
                 continue
             # OutFrame's layout, as a plain tuple (the hot path; see OutFrame).
-            frames.append((pos, hpub_frame(subjects[i], f"{reply_prefix}{pos}", block, payload), subjects[i], ttl,
+            frames.append((pos, hpub_frame(subjects[i], reply.of(pos), block, payload), subjects[i], ttl,
                            msg_id, len(block), len(payload)))
 
-    def common(self, rows: Columns, live: list[int], first: int, reply_prefix: str,
+    def common(self, rows: Columns, live: list[int], first: int, reply: ReplyForm,
                ttl_headers: list[Any], msg_ids: list[str | None], out: EncodedBatch) -> None:
         """:meth:`per_row` for a batch whose header blocks are only ``Nats-Msg-Id``, ``Nats-TTL`` and
         the expected stream: every frame joined by Arrow in one pass per part instead of a few
@@ -129,8 +143,11 @@ class Frames:
         hlen = pc.binary_length(block)
         plen = pc.binary_length(payload)
         total = pc.add(hlen, plen)
-        line = join(lit(b"HPUB "), text(subjects), space, lit(reply_prefix.encode()),
-                    pa.array(positions, pa.int64()).cast(pa.string()).cast(binary), space,
+        numbers = pa.array(positions, pa.int64())
+        if reply.offset:
+            numbers = pc.add(numbers, reply.offset)
+        line = join(lit(b"HPUB "), text(subjects), space, lit(reply.prefix.encode()),
+                    numbers.cast(pa.string()).cast(binary), lit(reply.suffix.encode()), space,
                     hlen.cast(pa.string()).cast(binary), space, total.cast(pa.string()).cast(binary), crlf, empty)
         frames = join(line, block, payload, crlf, empty).to_pylist()
         hlens, plens = hlen.to_pylist(), plen.to_pylist()

@@ -12,8 +12,10 @@ one or the other. It is composed of two publishers:
 - the per-row :class:`Publisher` for dead letters (another stream) and for rows whose subject the
   target does not capture (the server refuses them as it would any, a batch would stop on them).
 
-Frames come encoded as for the per-row path (reply ``<inbox>.<position>``); each is cut around its
-reply subject once, and every batch names its own. The batch stays open from the task's first slice to
+The task's encoder makes its frames whole for the task's first batch (:attr:`reply_form`: that batch's
+head, the row's batch sequence and the append operation), so that nearly all go out as they are; any
+other frame (a row after one skipped, a batch after a refusal, message 1 and the commit, whose
+operations differ) is cut around its reply subject and made again for its batch. The batch stays open from the task's first slice to
 :meth:`drain`, which commits it: a batch per slice cost the server an idle round trip or two at every
 slice (the last PubAck awaited, then message 1 alone), 10 to 25% of a 2,048-row slice's time
 (docs/architecture.md, "Fast-ingest writes"). :meth:`publish` returns once at most ``maxPendingAcks``
@@ -30,8 +32,10 @@ import contextlib
 from collections.abc import Sequence
 from typing import Any
 
-from ...client.fast_publisher import FastPublisher, Feed
+from ...client.fast_publisher import FastPublisher, Feed, cut_frame
+from ...protocol import fast_ingest as fi
 from ...protocol.subjects import subject_matches
+from ..encode.frames import ReplyForm
 from .acks import AckFailure
 
 CACHE = 4096
@@ -39,18 +43,19 @@ CACHE = 4096
 
 
 def cut(frames: Sequence[tuple]) -> tuple[list[tuple[bytes, bytes, bytes]], list[str], list[str | None]]:
-    """Each frame (``HPUB <subject> <reply> <hlen> <total>\\r\\n...``, the OutFrame layout) as
-    ``(before the reply, after it, b"")`` for :meth:`FastPublisher.publish_prepared`; with its subject
-    and message id. A subject and a reply hold no space, so two searches find the reply."""
-    prepared, subjects, ids = [], [], []
+    """Each frame (the OutFrame layout) as ``(before the reply, after it, b"")`` for a :class:`Feed`
+    (:func:`~pyspark_jetstream.client.fast_publisher.cut_frame`); with its subject and message id."""
+    return [cut_frame(sent[1]) for sent in frames], [sent[2] for sent in frames], [sent[4] for sent in frames]
+
+
+def reframed(frames: Sequence[tuple], reply: ReplyForm) -> list[tuple]:
+    """``frames`` (OutFrame layout) made again with ``reply``: for the per-row publisher, whose PubAcks
+    come to ``<inbox>.<position>``."""
+    out = []
     for sent in frames:
-        frame = sent[1]
-        start = frame.index(b" ", 5) + 1
-        end = frame.index(b" ", start)
-        prepared.append((frame[:start], frame[end:-2], b""))
-        subjects.append(sent[2])
-        ids.append(sent[4])
-    return prepared, subjects, ids
+        before, after, _ = cut_frame(sent[1])
+        out.append((sent[0], b"".join((before, reply.of(sent[0]).encode(), after, b"\r\n")), *sent[2:]))
+    return out
 
 
 class TargetSubjects:
@@ -81,6 +86,8 @@ class BatchedPublisher:
         self._target = TargetSubjects(subjects) if subjects else None
         self._job: asyncio.Task | None = None
         self._feed = Feed()
+        self._whole: Feed | None = None  # the feed whose first batch the encoder's frames are made for
+        self._reply_form = ReplyForm(acked.reply_prefix)
         self.room = 2 * acked.low_water
         """Rows of the batch not known stored that :meth:`publish` leaves in flight (``maxPendingAcks``)."""
         self._failures: list[AckFailure] = []
@@ -91,6 +98,7 @@ class BatchedPublisher:
 
     async def start(self) -> BatchedPublisher:
         await self._fast.start()
+        self._reply_form = ReplyForm(self._fast.head_for_frames(), f".{fi.OP_APPEND}.{fi.SUFFIX}", 1)
         return self
 
     # ------------------------------------------------------------- what the task reads
@@ -98,6 +106,12 @@ class BatchedPublisher:
     @property
     def reply_prefix(self) -> str:
         return self.acked.reply_prefix
+
+    @property
+    def reply_form(self) -> ReplyForm:
+        """The reply subject the task's encoder makes frames with: the task's first batch's head, the
+        row's batch sequence (its position + 1) and the append operation."""
+        return self._reply_form
 
     @property
     def low_water(self) -> int:
@@ -154,13 +168,27 @@ class BatchedPublisher:
             outside = [sent for sent in frames if sent[2] not in target]
             if outside:
                 frames = [sent for sent in frames if sent[2] in target]
-                await self.acked.publish(outside)
+                await self.acked.publish(reframed(outside, ReplyForm(self.acked.reply_prefix)))
         if not frames:
             return
         feed = self._open_feed()
-        prepared, subjects, ids = cut(frames)
-        feed.add(prepared, subjects, ids, frames)
+        if feed is self._whole and self._whole_frames(feed, frames):
+            feed.add([sent[1] for sent in frames], [sent[2] for sent in frames], [sent[4] for sent in frames], frames)
+        else:
+            prepared, subjects, ids = cut(frames)
+            feed.add(prepared, subjects, ids, frames)
         await self._wait_room(feed)
+
+    def _whole_frames(self, feed: Feed, frames: list[tuple]) -> bool:
+        """Whether ``frames`` go out as they are in ``feed``'s first batch: made with :attr:`reply_form`
+        (the encoder makes a slice's frames alike, so its first and last say) for positions that are their
+        feed positions (contiguous, from the feed's end), so that each reply names the row's batch
+        sequence."""
+        first, last, end = frames[0], frames[-1], feed.end
+        if first[0] != end or last[0] != end + len(frames) - 1:
+            return False
+        form = self._reply_form
+        return all(sent[1].startswith(f"HPUB {sent[2]} {form.of(sent[0])} ".encode()) for sent in (first, last))
 
     def _open_feed(self) -> Feed:
         """The feed of the batch under way, or a new one (the first rows, or rows after a drain)."""
@@ -169,6 +197,8 @@ class BatchedPublisher:
             job.result()  # raises what ended it
         if self._job is None:
             self._feed = Feed()
+            if self._whole is None:
+                self._whole = self._feed
             self._job = asyncio.ensure_future(self._run(self._feed))
         return self._feed
 

@@ -47,6 +47,7 @@ import time
 
 from ...client.nats_internals import raw_subscribe, raw_unsubscribe
 from ...errors import AckTimeoutError, JetStreamConnectorError
+from ..encode.frames import ReplyForm
 from .acks import DEAD_LETTER_TAG, AckTracker
 from .moves import Mover
 from .recovery import OrderedRecovery
@@ -236,6 +237,10 @@ class Publisher:
                         f"the first is row {first.lstrip(DEAD_LETTER_TAG)}. The server may be down or overloaded; "
                         "raise the option 'ackTimeout' if it is only slow."
                     ) from None
+
+    @property
+    def reply_form(self) -> ReplyForm:  # the encoder's replies: <inbox>.<position>
+        return ReplyForm(self.reply_prefix)
 
     async def publish(self, frames: list[tuple], *, dead_letter: bool = False) -> None:
         """Hand ``frames`` (each in the :class:`~pyspark_jetstream.sink.encode.frames.OutFrame` layout:

@@ -170,7 +170,7 @@ class WriteTask:
 
     def encode(self, batch: Any, first: int, choice: RowChoice | None = None) -> list[tuple]:
         """``batch``'s frames; its rows refused diverted, its expired rows and delete markers counted."""
-        encoded = self.encoder.encode(batch, first, self.pub.reply_prefix, choice=choice)
+        encoded = self.encoder.encode(batch, first, self.pub.reply_form, choice=choice)
         self.expired += encoded.expired
         self.markers_skipped += encoded.markers_skipped
         if encoded.rejected:
