@@ -1,6 +1,6 @@
 """The publish limit on this machine: per-message PubAcks against fast-ingest batches (issue #48).
 
-    python tests/perf/bench_fast_ingest.py [--messages 200000] [--rounds 3] [--sizes 100,1024] [--replicas 1,3]
+    python -m tests.perf.bench_fast_ingest [--messages 200000] [--rounds 3] [--sizes 100,1024] [--replicas 1,3]
                                            [--out tests/perf/results]
 
 Three publishers store the same messages (subject, payload, ``Nats-Msg-Id``) into a fresh file stream
@@ -11,7 +11,10 @@ of the same config (``allow_batched``), on one server (R1) and on a 3-node clust
 - ``per-message``: ours without Spark, the sink's way: HPUB frames through ``send_raw`` in chunks,
   PubAcks on a raw subscription (no ``Msg`` per ack), the same window;
 - ``fast-ingest``: :class:`~pyspark_jetstream.client.fast_publisher.FastPublisher`, one batch, flow
-  500, two flow intervals ahead.
+  500, two flow intervals ahead;
+- ``server, PubAcks`` and ``server, batches``: the server's own limit, the same messages with the
+  sink's headers written pre-built over a plain socket (``raw_ingest.py``): what the server stores
+  when its client costs next to nothing.
 
 The order of the three rotates every round; each run's messages are checked stored (the stream's
 count). Prints and writes (``bench-fast-ingest.md``) the medians of messages a second, their ratio to
@@ -40,10 +43,12 @@ from pyspark_jetstream.protocol.frames import hpub_frame
 from pyspark_jetstream.protocol.puback import STORED, may_be_plain, parse_puback
 from pyspark_jetstream.tools.server import EmbeddedNatsCluster, EmbeddedNatsServer
 
+from . import raw_ingest
+
 WINDOW = 4096
 """Unacknowledged messages of the per-message publishers: the sink's default maxPendingAcks."""
 CHUNK = 256
-METHODS = ("nats-py", "per-message", "fast-ingest")
+METHODS = ("nats-py", "per-message", "fast-ingest", "server, PubAcks", "server, batches")
 
 
 def _messages(subject: str, n: int, size: int, run: str) -> list:
@@ -118,6 +123,8 @@ async def _fast_ingest(nc, messages: list) -> None:
 
 
 RUNNERS = {"nats-py": _nats_py, "per-message": _per_message, "fast-ingest": _fast_ingest}
+RAW = {"server, PubAcks": raw_ingest.pubacks, "server, batches": raw_ingest.batch}
+"""Publishers that time themselves (their frames are made before their clock starts)."""
 
 
 def _cpu_seconds(pids: list[int]) -> float:
@@ -138,8 +145,11 @@ async def _one(url: str, pids: list[int], method: str, replicas: int, size: int,
     messages = _messages(name, n, size, run)
     cpu = _cpu_seconds(pids)
     started = time.perf_counter()
-    await RUNNERS[method](nc, messages)
-    elapsed = time.perf_counter() - started
+    if method in RAW:
+        elapsed = await RAW[method](url, name, messages)
+    else:
+        await RUNNERS[method](nc, messages)
+        elapsed = time.perf_counter() - started
     cpu = _cpu_seconds(pids) - cpu
     stored = (await js.stream_info(name)).state.messages
     assert stored == n, (method, stored, n)
@@ -158,7 +168,7 @@ def bench(replicas: int, size: int, n: int, rounds: int) -> dict:
         nodes = server.nodes if replicas == 3 else [server]
         pids = [node.pid for node in nodes]
         for r in range(rounds):
-            order = METHODS[r % 3:] + METHODS[:r % 3]
+            order = METHODS[r % len(METHODS):] + METHODS[:r % len(METHODS)]
             this_round = {}
             for method in order:
                 rate, cpu = asyncio.run(_one(server.url, pids, method, replicas, size, n, f"r{replicas}s{size}n{next(counter)}"))
