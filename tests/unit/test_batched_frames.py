@@ -21,8 +21,8 @@ SCHEMA = StructType([StructField("subject", StringType()), StructField("data", B
 
 
 def _frames(n: int, first: int = 0, reply: str | ReplyForm = FORM) -> list[tuple]:
-    cfg = EncoderConfig(default_subject=None, default_ttl=None, preserve_expiry=False, expected_stream="S", allow_rollup=False,
-                        max_payload=1 << 20)
+    cfg = EncoderConfig(default_subject=None, default_ttl=None, preserve_expiry=False, expected_stream="S",
+                        allow_rollup=False, max_payload=1 << 20)
     encoder = BatchEncoder(layout_from_schema(SCHEMA, has_default_subject=False), cfg, MsgIds("run", 3))
     batch = pa.RecordBatch.from_pydict({"subject": [f"S.{i % 3}" for i in range(n)],
                                         "data": [b"v%d" % i for i in range(n)]})

@@ -15,8 +15,9 @@ one or the other. It is composed of two publishers:
 The task's encoder makes its frames whole for the task's first batch (:attr:`reply_form`: that batch's
 head, the row's batch sequence and the append operation), so that nearly all go out as they are; any
 other frame (a row after one skipped, a batch after a refusal, message 1 and the commit, whose
-operations differ) is cut around its reply subject and made again for its batch. The batch stays open from the task's first slice to
-:meth:`drain`, which commits it: a batch per slice cost the server an idle round trip or two at every
+operations differ) is cut around its reply subject and made again for its batch.
+
+The batch stays open from the task's first slice to :meth:`drain`, which commits it: a batch per slice cost the server an idle round trip or two at every
 slice (the last PubAck awaited, then message 1 alone), 10 to 25% of a 2,048-row slice's time
 (docs/architecture.md, "Fast-ingest writes"). :meth:`publish` returns once at most ``maxPendingAcks``
 rows of the batch are not known stored, so the task encodes its next slice while this one is sent. A
