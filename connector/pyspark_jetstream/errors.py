@@ -109,6 +109,21 @@ class PublishError(JetStreamConnectorError):
         super().__init__(". ".join(parts))
 
 
+class StreamBusyError(JetStreamConnectorError):
+    """The server dropped a row because the stream's ingest queue was full (429, err_code 10167). The row
+    is not at fault, so it is never dead-lettered; the task fails, and its retry publishes the row again
+    (its ``Nats-Msg-Id`` drops whatever was stored)."""
+
+    def __init__(self, *, subject: str, position: int, partition: int | None, rows: int) -> None:
+        self.subject, self.position, self.partition = subject, position, partition
+        where = f"row {position}" + (f" of partition {partition}" if partition is not None else "")
+        super().__init__(
+            f"The server dropped {rows} row(s), the first {where} to subject {subject!r}: the stream's ingest "
+            "queue was full (429 too many requests, err_code 10167). The rows are not at fault and were not "
+            "dead-lettered. Lower the option 'maxPendingAcks' or the number of partitions writing to this "
+            "stream, or raise the server's jetstream max_buffered_msgs; a retry of the task publishes them again.")
+
+
 class AckTimeoutError(JetStreamConnectorError, TimeoutError):
     """PubAcks for published rows did not arrive in time."""
 

@@ -62,6 +62,11 @@ def parse_puback(data: bytes) -> PubAck:
     return PubAck(DUPLICATE if reply.get("duplicate") is True else STORED)
 
 
+STREAM_TOO_MANY_REQUESTS = 10167
+"""``too many requests`` (429): the stream's ingest queue was full and the server dropped the message
+before storing it (nats-server's ``max_buffered_msgs``: 10,000 by default on 2.11, 100,000 on 2.12+).
+Back-pressure, not a verdict on the row."""
+
 ID_IN_PROCESS = 10158
 """``duplicate message id is in process`` (409): a clustered leader still proposes an earlier copy with the
 same ``Nats-Msg-Id`` (a resend, or a retried task's copy, that came before the first one was applied). It

@@ -4,8 +4,10 @@ After each slice (and until the end) the task takes the publishes the server ref
 look. Two refusals are not the row's fault: a compare-and-set row refused because an earlier attempt
 stored it (found by its ``Nats-Msg-Id``, :mod:`~pyspark_jetstream.sink.records.cas_replay`) counts as
 stored, and a KV ``create`` refused because the key's last entry is a tombstone is put again, once, as
-nats-py does. Every other refusal is diverted (:mod:`.dead_letters`), a 503 naming the streams that
-capture subjects beside the row's.
+nats-py does. A row the server dropped because the stream's ingest queue was full (429/10167) is not
+the row's fault either: the task fails saying so (:class:`~pyspark_jetstream.errors.StreamBusyError`),
+never a dead letter. Every other refusal is diverted (:mod:`.dead_letters`), a 503 naming the streams
+that capture subjects beside the row's.
 """
 
 from __future__ import annotations
@@ -14,10 +16,11 @@ import asyncio
 from typing import Any
 
 from ...client import jsapi, runtime
-from ...errors import PublishError
+from ...errors import PublishError, StreamBusyError
 from ...logs import get_logger
 from ...protocol import kv
 from ...protocol.frames import hpub_frame
+from ...protocol.puback import STREAM_TOO_MANY_REQUESTS
 from ..encode.frames import OutFrame
 from ..encode.rows import RowRejection
 
@@ -54,6 +57,11 @@ class Refusals:
             f = dead[0]
             raise PublishError(subject=self.opts.dead_letter_subject, position=f.position, partition=self.partition,
                                reason=f"the dead-letter publish was rejected: {f.description}", err_code=f.err_code)
+        dropped = [f for f in failures if f.err_code == STREAM_TOO_MANY_REQUESTS]
+        if dropped:  # back-pressure, not the rows' fault: never dead letters
+            first = min(dropped, key=lambda f: f.position)
+            raise StreamBusyError(subject=OutFrame._make(first.sent).subject, position=first.position,
+                                  partition=self.partition, rows=len(dropped))
         failures = self.recreate(self.stored_before(failures))
         if not failures:
             return True
