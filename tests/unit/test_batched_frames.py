@@ -73,3 +73,27 @@ def test_rows_outside_the_target_go_to_the_per_row_publisher_under_its_reply():
         sent = OutFrame._make(before)
         assert after == (sent.position, hpub_frame(sent.subject, f"_INBOX.acked.{sent.position}", sent.header_block,
                                                    sent.payload), *before[2:])
+
+
+def test_an_abort_ends_a_batch_that_swallowed_its_first_cancellation():
+    """Python 3.10 and 3.11's ``asyncio.wait_for`` can swallow a cancellation (cpython#86296): a job that
+    lost one still ends, cancelled again."""
+    import asyncio
+    import contextlib
+
+    from pyspark_jetstream.sink.publish.batched import cancel_and_wait
+
+    async def stubborn(started: asyncio.Event) -> None:
+        started.set()
+        with contextlib.suppress(asyncio.CancelledError):  # what a swallowed cancellation looks like
+            await asyncio.sleep(30)
+        await asyncio.sleep(30)
+
+    async def go() -> bool:
+        started = asyncio.Event()
+        job = asyncio.ensure_future(stubborn(started))
+        await started.wait()
+        await asyncio.wait_for(cancel_and_wait(job, every=0.01), 5)
+        return job.cancelled()
+
+    assert asyncio.run(go())

@@ -29,7 +29,6 @@ it, with the rows sent before it whose fate was not told, go on in a new batch.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Sequence
 from typing import Any
 
@@ -57,6 +56,18 @@ def reframed(frames: Sequence[tuple], reply: ReplyForm) -> list[tuple]:
         before, after, _ = cut_frame(sent[1])
         out.append((sent[0], b"".join((before, reply.of(sent[0]).encode(), after, b"\r\n")), *sent[2:]))
     return out
+
+
+async def cancel_and_wait(job: asyncio.Task, every: float = 0.1) -> None:
+    """Cancel ``job`` and wait for its end, cancelling again until it ends: on Python 3.10 and 3.11 an
+    ``asyncio.wait_for`` inside it swallows a cancellation that lands as its inner future completes
+    (cpython#86296, fixed in 3.12), and the batch would go on. ``asyncio.wait`` neither raises the job's
+    error nor absorbs the caller's cancellation."""
+    while not job.done():
+        job.cancel()
+        await asyncio.wait({job}, timeout=every)
+    if not job.cancelled():
+        job.exception()  # retrieved: the task failed for its own reason, which its caller already has
 
 
 class TargetSubjects:
@@ -247,9 +258,7 @@ class BatchedPublisher:
     async def abort(self) -> None:
         job, self._job = self._job, None
         if job is not None:
-            job.cancel()
-            with contextlib.suppress(BaseException):
-                await job
+            await cancel_and_wait(job)
         await self._fast.close()
         await self.acked.abort()
 
