@@ -129,6 +129,7 @@ def test_kv_latest_values_reads_the_bucket_as_nats_py_does():
     assert after.count("<no such key; 0 entries in history>") == 3
 
 
+@pytest.mark.slow  # 46 s of subprocess JVM (CI's 25 minutes); preserveExpiry is tested in-suite (test_sink_batch, test_copy_round_trip)
 def test_copy_preserving_expiry_keeps_absolute_expiry():
     out = _run_example("copy_preserving_expiry.py", "--delay", "2").stdout
     found = re.search(r"(\d+) messages copied; .* at most ([\d.]+)s", out)
@@ -136,6 +137,7 @@ def test_copy_preserving_expiry_keeps_absolute_expiry():
     assert "EARLY" not in out  # no copy expires before its original (the example exits 1 otherwise)
 
 
+@pytest.mark.slow  # 38 s of subprocess JVM (CI's 25 minutes); sequence-range reads are tested in-suite (test_source)
 def test_batch_replay_writes_the_sequence_range_to_parquet(tmp_path):
     out = _run_example("batch_replay.py", "--out", str(tmp_path / "replay")).stdout
     assert "sequences 501..1500" in out and "1000 rows (1000 distinct sequences)" in out
