@@ -31,6 +31,7 @@ def _frames(n: int, first: int = 0, reply: str | ReplyForm = FORM) -> list[tuple
 
 class _Acked:
     reply_prefix, low_water = "_INBOX.acked.", 256
+    reply_form = ReplyForm(reply_prefix)
 
 
 def _publisher() -> BatchedPublisher:

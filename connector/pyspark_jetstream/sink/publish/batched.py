@@ -17,13 +17,14 @@ head, the row's batch sequence and the append operation), so that nearly all go 
 other frame (a row after one skipped, a batch after a refusal, message 1 and the commit, whose
 operations differ) is cut around its reply subject and made again for its batch.
 
-The batch stays open from the task's first slice to :meth:`drain`, which commits it: a batch per slice cost the server an idle round trip or two at every
-slice (the last PubAck awaited, then message 1 alone), 10 to 25% of a 2,048-row slice's time
-(docs/architecture.md, "Fast-ingest writes"). :meth:`publish` returns once at most ``maxPendingAcks``
-rows of the batch are not known stored, so the task encodes its next slice while this one is sent. A
-refused row ends its batch (``fail`` mode: nothing after it is stored); it becomes an
-:class:`~.acks.AckFailure` as a per-row refusal would (task/refusals.py settles it), and the rows after
-it, with the rows sent before it whose fate was not told, go on in a new batch.
+The batch stays open from the task's first slice to :meth:`drain`, which commits it: a batch per slice
+cost the server an idle round trip or two at every slice (the last PubAck awaited, then message 1
+alone), 10 to 25% of a 2,048-row slice's time (docs/architecture.md, "Fast-ingest writes").
+:meth:`publish` returns once at most ``maxPendingAcks`` rows of the batch are not known stored, so the
+task encodes its next slice while this one is sent. A refused row ends its batch (``fail`` mode: nothing
+after it is stored); it becomes an :class:`~.acks.AckFailure` as a per-row refusal would
+(task/refusals.py settles it), and the rows after it, with the rows sent before it whose fate was not
+told, go on in a new batch.
 """
 
 from __future__ import annotations
@@ -99,7 +100,7 @@ class BatchedPublisher:
         self._job: asyncio.Task | None = None
         self._feed = Feed()
         self._whole: Feed | None = None  # the feed whose first batch the encoder's frames are made for
-        self._reply_form = ReplyForm(acked.reply_prefix)
+        self._reply_form = acked.reply_form
         self.room = 2 * acked.low_water
         """Rows of the batch not known stored that :meth:`publish` leaves in flight (``maxPendingAcks``)."""
         self._failures: list[AckFailure] = []
@@ -180,7 +181,7 @@ class BatchedPublisher:
             outside = [sent for sent in frames if sent[2] not in target]
             if outside:
                 frames = [sent for sent in frames if sent[2] in target]
-                await self.acked.publish(reframed(outside, ReplyForm(self.acked.reply_prefix)))
+                await self.acked.publish(reframed(outside, self.acked.reply_form))
         if not frames:
             return
         feed = self._open_feed()
