@@ -32,8 +32,8 @@ def publisher(max_pending: int) -> Publisher:
     return pub
 
 
-def reply(rng: random.Random, token: str) -> tuple:
-    kind = rng.random()
+def reply(rng: random.Random, token: str, plain: float = 0.7) -> tuple:
+    kind = rng.random() * 0.7 / plain if plain < 1 else 0.0
     subject = (PREFIX + token).encode()
     if kind < 0.7:
         return subject, b"", json.dumps({"stream": "S", "seq": rng.randrange(1, 10**6)}).encode(), None
@@ -69,6 +69,47 @@ def test_a_run_of_pubacks_settles_as_one_frame_at_a_time_does(seed):
         run.acks.on_frames(frames)
         assert state(run) == state(one)
     assert run.stored + run.duplicates + run.dead_lettered + len(run.failures) > 0
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_a_run_of_plain_acks_settles_in_one_pass_as_one_frame_at_a_time_does(seed):
+    """Runs of nothing but plain acks take settle_plain_run (C-level passes); some with a late reply for a
+    settled token or a dead letter's ack among them (which send the run to the per-reply loop), frames whose
+    503s are being waited out (first_503), and mostly plain runs."""
+    rng = random.Random(seed)
+    window = rng.choice([8, 64, 512])
+    one, run = publisher(window), publisher(window)
+    tokens = [str(i) for i in range(window)] + [f"{DEAD_LETTER_TAG}{i}" for i in range(2)]
+    for pub in (one, run):
+        for token in tokens:
+            pub._inflight[token] = (int(token.lstrip(DEAD_LETTER_TAG)), b"frame", "S.x", None, None, 0, 0)
+        pub._first_503.update({str(i): 1.0 for i in range(0, window, 3)})
+        pub._room.clear()
+        pub._done.clear()
+    rows = tokens[:-2]
+    for _ in range(6):
+        size = rng.randrange(1, window // 2 + 2)
+        picked = rng.sample(rows, min(size, len(rows))) + (["999999"] if rng.random() < 0.3 else [])
+        if rng.random() < 0.2:
+            picked.append(rng.choice(tokens[-2:]))
+        frames = [reply(rng, token, plain=rng.choice([1.0, 1.0, 0.95])) for token in picked]
+        for subject, _reply, data, headers in frames:
+            one.acks.on_ack(subject[len(PREFIX):].decode(), data, headers)
+        run.acks.on_frames(frames)
+        assert state(run) == state(one) and run._first_503 == one._first_503
+    assert run.stored > 0
+
+
+def test_all_plain_is_may_be_plain_of_every_body():
+    from pyspark_jetstream.protocol.puback import all_plain, may_be_plain
+
+    rng = random.Random(7)
+    pieces = PLAIN_ACKS + DUPLICATE_ACKS + [e[0] for e in ERROR_ACKS] + [b"", b'x"err', b'or"y', b'"dupli', b'cate"']
+    assert all_plain([]) and not all_plain([b""]) and not all_plain([b'{"stream":"S","seq":1}', b""])
+    assert all_plain([b'x"err', b'or"y']) and all_plain([b'"dupli', b'cate"'])  # no match across two bodies
+    for _ in range(2000):
+        bodies = [rng.choice(pieces) for _ in range(rng.randrange(0, 6))]
+        assert all_plain(bodies) == all(b and may_be_plain(b) for b in bodies), bodies
 
 
 # ---- decided on parsed keys (issue #23): stream and domain names are free text in a PubAck
