@@ -306,6 +306,50 @@ def connector_batch_write(spark, url: str, stream: str, rows: int, size: int, pa
     return elapsed
 
 
+def bound_write(spark, url: str, stream: str, rows: int, size: int, partitions: int, batched: bool) -> float:
+    """The least time any sink could take for :func:`connector_batch_write`'s job on this machine: Spark's
+    own job (the same cached rows into the writer that does no I/O) and the server storing the same
+    messages (``Nats-Msg-Id``, ``Nats-TTL``, the expected stream) from a client that costs next to
+    nothing (raw_ingest.py: frames made before the clock, in one fast-ingest batch or with a PubAck
+    each), run at the same time on the same cores; the time until both are done."""
+    import threading
+
+    import raw_ingest
+    from pyspark.sql import functions as F
+
+    df = (
+        spark.range(rows, numPartitions=partitions)
+        .select(
+            F.concat(F.lit(f"{stream}.s"), (F.col("id") % 8).cast("string")).alias("subject"),
+            F.expr(f"cast(repeat('x', {size}) as binary)").alias("data"),
+            F.lit("1h").alias("ttl"),
+        )
+        .cache()
+    )
+    df.count()
+    payload = b"x" * size
+    messages = [(f"{stream}.s{i % 8}", None, payload, f"bound-{i}") for i in range(rows)]
+    ready, go = threading.Event(), threading.Event()
+
+    def start() -> None:  # the frames are made: start both at once
+        ready.set()
+        go.wait(60)
+
+    publish = raw_ingest.batch if batched else raw_ingest.pubacks
+    # The client in a thread of its own, Spark's job on this one (a data source registered in a
+    # session is not found from a job started on another Python thread).
+    client = threading.Thread(target=lambda: asyncio.run(publish(url, stream, messages, ttl="1h", on_start=start)))
+    client.start()
+    assert ready.wait(60)
+    started = time.perf_counter()
+    go.set()
+    df.write.format("noio_sink").mode("append").save()
+    client.join(120)
+    elapsed = time.perf_counter() - started
+    df.unpersist()
+    return elapsed
+
+
 def connector_copy(spark, url: str, source: str, target: str, partitions: int, split: str) -> float:
     """A stream-to-stream copy (batch read -> batch write, ``partitions`` tasks on both sides)."""
     from pyspark.sql import functions as F
@@ -624,7 +668,7 @@ def writes(spark, url: str, write_sets: list[tuple[int, int]], repeat: int, resu
     n = 0
     for rows, size in write_sets:
         times: dict[str, list[float]] = {"top": [], "raw": [], "conn": [], "spark": [], "conn1": [], "fast": [],
-                                         "fast1": []}
+                                         "fast1": [], "bound": [], "boundacks": []}
         paths = {
             "spark": lambda name, rows=rows, size=size: connector_batch_write(spark, url, name, rows, size, 2,
                                                                               "noio_sink"),
@@ -639,13 +683,16 @@ def writes(spark, url: str, write_sets: list[tuple[int, int]], repeat: int, resu
                                                                              mode="batched"),
             "fast1": lambda name, rows=rows, size=size: connector_batch_write(spark, url, name, rows, size, 1,
                                                                               mode="batched"),
+            # What no sink can beat here: Spark's own job and the server's ingest from a free client at once.
+            "bound": lambda name, rows=rows, size=size: bound_write(spark, url, name, rows, size, 2, True),
+            "boundacks": lambda name, rows=rows, size=size: bound_write(spark, url, name, rows, size, 2, False),
         }
         for r in range(repeat):
             order = list(paths)[r % len(paths):] + list(paths)[:r % len(paths)]
             for path in order:
                 n += 1
                 name = f"{path.upper()}{n}"
-                asyncio.run(make_stream(url, name, batched=path.startswith("fast")))
+                asyncio.run(make_stream(url, name, batched=path.startswith("fast") or path == "bound"))
                 collect_garbage(spark)
                 times[path].append(paths[path](name))
                 assert asyncio.run(stream_messages(url, name)) == (0 if path == "spark" else rows), path
@@ -670,6 +717,12 @@ def writes(spark, url: str, write_sets: list[tuple[int, int]], repeat: int, resu
                               statistics.median(times["fast"]), base, ceiling=top))
         results.append(Result(f"batch write {label}, TTL + msg id, 1 partition, fast-ingest batches", rows, size,
                               statistics.median(times["fast1"]), base, ceiling=top))
+        results.append(Result(f"bound: Spark's own job and the server storing the same messages from a free client, "
+                              f"at once, fast-ingest batches {label}", rows, size,
+                              statistics.median(times["bound"]), base, ceiling=top))
+        results.append(Result(f"bound: Spark's own job and the server storing the same messages from a free client, "
+                              f"at once, a PubAck each {label}", rows, size,
+                              statistics.median(times["boundacks"]), base, ceiling=top))
         if size == 100 and streaming:
             parquet_dir = os.path.join(out, ".tmp-parquet")
             (spark.range(rows, numPartitions=2)

@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from collections.abc import Callable
 from urllib.parse import urlparse
 
 WINDOW = 4096
@@ -76,18 +77,23 @@ class RawConnection:
         self.writer.close()
 
 
-def _frame(subject: str, reply: str, msg_id: str, stream: str, payload: bytes) -> bytes:
-    header = f"NATS/1.0\r\nNats-Msg-Id: {msg_id}\r\nNats-Expected-Stream: {stream}\r\n\r\n".encode()
+def _frame(subject: str, reply: str, msg_id: str, stream: str, payload: bytes, ttl: str | None = None) -> bytes:
+    ttl_line = f"Nats-TTL: {ttl}\r\n" if ttl else ""
+    header = f"NATS/1.0\r\nNats-Msg-Id: {msg_id}\r\n{ttl_line}Nats-Expected-Stream: {stream}\r\n\r\n".encode()
     return b"HPUB %s %s %d %d\r\n%s%s\r\n" % (subject.encode(), reply.encode(), len(header),
                                               len(header) + len(payload), header, payload)
 
 
-async def pubacks(url: str, stream: str, messages: list) -> float:
-    """Seconds to store ``messages`` with a PubAck each, ``WINDOW`` in flight."""
+async def pubacks(url: str, stream: str, messages: list, ttl: str | None = None,
+                  on_start: Callable[[], None] | None = None) -> float:
+    """Seconds to store ``messages`` with a PubAck each, ``WINDOW`` in flight (``ttl``: a
+    ``Nats-TTL`` header on each; ``on_start``: called as the clock starts, the frames made)."""
     conn = await RawConnection.open(url)
-    frames = [_frame(subject, f"_RA.{k}", msg_id, stream, payload)
+    frames = [_frame(subject, f"_RA.{k}", msg_id, stream, payload, ttl)
               for k, (subject, _h, payload, msg_id) in enumerate(messages)]
     conn.writer.write(b"SUB _RA.* 1\r\n")
+    if on_start is not None:
+        on_start()
     started = time.perf_counter()
     sent, acked, total = 0, 0, len(frames)
     while acked < total:
@@ -106,14 +112,18 @@ async def pubacks(url: str, stream: str, messages: list) -> float:
     return elapsed
 
 
-async def batch(url: str, stream: str, messages: list, outstanding: int = 2) -> float:
-    """Seconds to store ``messages`` in one fast-ingest batch (``fail`` mode, flow 500)."""
+async def batch(url: str, stream: str, messages: list, outstanding: int = 2, ttl: str | None = None,
+                on_start: Callable[[], None] | None = None) -> float:
+    """Seconds to store ``messages`` in one fast-ingest batch (``fail`` mode, flow 500; ``ttl``: a
+    ``Nats-TTL`` header on each; ``on_start``: called as the clock starts, the frames made)."""
     conn = await RawConnection.open(url)
     total = len(messages)
     head = "_RB.b1.500.fail."
-    frames = [_frame(subject, f"{head}{k}.{2 if k == total else 0 if k == 1 else 1}.$FI", msg_id, stream, payload)
+    frames = [_frame(subject, f"{head}{k}.{2 if k == total else 0 if k == 1 else 1}.$FI", msg_id, stream, payload, ttl)
               for k, (subject, _h, payload, msg_id) in enumerate(messages, 1)]
     conn.writer.write(b"SUB _RB.b1.> 1\r\n")
+    if on_start is not None:
+        on_start()
     started = time.perf_counter()
     conn.writer.write(frames[0])
     [(_subject, data)] = await conn.answers()

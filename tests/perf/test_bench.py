@@ -19,6 +19,8 @@ def test_quick_bench_writes_its_table_and_chart(tmp_path):
     table = (tmp_path / "bench-quick.md").read_text()
     assert "| batch read" in table and "| batch write" in table and "p50" in table
     assert "Server delivery alone" in table and "with the sink's headers" in table
+    # The write section's bounds (Spark's own job and the server's ingest from a free client, at once).
+    assert table.count("| bound: Spark's own job") == 4
     assert (tmp_path / "bench-quick.png").stat().st_size > 10_000
 
 
