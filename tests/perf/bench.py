@@ -280,10 +280,9 @@ def connector_stream_read(spark, url: str, stream: str, partitions: int, per_tri
     return time.perf_counter() - start
 
 
-def connector_batch_write(spark, url: str, stream: str, rows: int, size: int, partitions: int,
-                          fmt: str = "jetstream", mode: str | None = None) -> float:
-    """The time of the write job; with ``fmt`` ``noio_sink`` (noio_sink.py), the same job into a Python
-    writer that does no I/O: Spark's own cost of the job. ``mode``: the option ``publish.mode``."""
+def cached_rows(spark, stream: str, rows: int, size: int, partitions: int):
+    """The write jobs' rows (8 subjects of ``stream``, ``size``-byte payloads, a TTL of 1 h), cached and
+    counted before any clock starts."""
     from pyspark.sql import functions as F
 
     df = (
@@ -296,6 +295,14 @@ def connector_batch_write(spark, url: str, stream: str, rows: int, size: int, pa
         .cache()
     )
     df.count()
+    return df
+
+
+def connector_batch_write(spark, url: str, stream: str, rows: int, size: int, partitions: int,
+                          fmt: str = "jetstream", mode: str | None = None) -> float:
+    """The time of the write job; with ``fmt`` ``noio_sink`` (noio_sink.py), the same job into a Python
+    writer that does no I/O: Spark's own cost of the job. ``mode``: the option ``publish.mode``."""
+    df = cached_rows(spark, stream, rows, size, partitions)
     writer = df.write.format(fmt).mode("append").option("servers", url).option("stream", stream)
     if mode is not None:
         writer = writer.option("publish.mode", mode)
@@ -315,18 +322,8 @@ def bound_write(spark, url: str, stream: str, rows: int, size: int, partitions: 
     import threading
 
     import raw_ingest
-    from pyspark.sql import functions as F
 
-    df = (
-        spark.range(rows, numPartitions=partitions)
-        .select(
-            F.concat(F.lit(f"{stream}.s"), (F.col("id") % 8).cast("string")).alias("subject"),
-            F.expr(f"cast(repeat('x', {size}) as binary)").alias("data"),
-            F.lit("1h").alias("ttl"),
-        )
-        .cache()
-    )
-    df.count()
+    df = cached_rows(spark, stream, rows, size, partitions)
     payload = b"x" * size
     messages = [(f"{stream}.s{i % 8}", None, payload, f"bound-{i}") for i in range(rows)]
     ready, go = threading.Event(), threading.Event()
