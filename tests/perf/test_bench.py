@@ -33,3 +33,12 @@ def test_the_fast_ingest_bench_runs_every_publisher(tmp_path):
     table = (tmp_path / "bench-fast-ingest.md").read_text()
     methods = ("nats-py", "per-message", "fast-ingest", "server, PubAcks", "server, batches")
     assert all(f"| {method} |" in table for method in methods)
+
+
+@pytest.mark.slow
+def test_the_task_cpu_probe_splits_a_write_task_by_thread():
+    root = Path(__file__).parents[2]
+    done = subprocess.run([sys.executable, "-m", "tests.perf.task_cpu", "--mode", "acked", "--rows", "3000", "--runs", "1"],
+                          capture_output=True, text=True, timeout=300, cwd=root)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "acked 100 B:" in done.stdout and "the task's thread" in done.stdout and "server" in done.stdout
