@@ -135,7 +135,11 @@ def test_a_close_while_the_consumer_is_being_created_leaves_nothing_behind():
         os.kill(server.pid, signal.SIGSTOP)
         try:
             started = runtime.submit(reader.start())
-            wait_until(lambda: len(nc._subs) > subs_before, timeout=10, what="the inbox subscribed")
+            # The reader's own state, not the connection's subscription count: a reader that failed
+            # to start (its error is in ``out``) is told apart from one still on its way.
+            wait_until(lambda: reader.sub is not None or reader.done, timeout=30, what="the inbox subscribed")
+            assert not reader.done, f"the reader ended before its consumer was created: {out.get_nowait()!r}"
+            assert reader.nc is nc and len(nc._subs) == subs_before + 1
             runtime.run(reader.close(), timeout=30)
         finally:
             os.kill(server.pid, signal.SIGCONT)
