@@ -10,7 +10,9 @@ import pytest
 
 from pyspark_jetstream.tools.server import EmbeddedNatsCluster, EmbeddedNatsServer
 
+from . import jvm_archive
 from .helpers import PYTHON_START_TIMEOUT, SyncNats
+from .schedule import file_order
 
 # Spark's Python workers must run this interpreter (it has pyarrow and the connector).
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -23,10 +25,10 @@ os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 # same integration tests took 182 s instead of 224 s. And each maps the classes a Spark run loads
 # from a class-data-sharing archive built once (tests/jvm_archive.py): a JVM's start takes half the
 # CPU. Each JVM prints "Picked up JAVA_TOOL_OPTIONS" on stderr once. A value the caller set is kept.
+# The archive is built in the background while the unit tests run (tests/schedule.py): every test
+# that may start a JVM waits for it first (``_jvm_archive_ready`` below, and the ``spark`` fixture).
 if "JAVA_TOOL_OPTIONS" not in os.environ:
-    from .jvm_archive import java_options
-
-    os.environ["JAVA_TOOL_OPTIONS"] = java_options()
+    os.environ["JAVA_TOOL_OPTIONS"] = jvm_archive.start()
 
 _names = itertools.count(1)
 
@@ -52,9 +54,24 @@ def nats_client(nats_server):
     client.close()
 
 
+def pytest_collection_modifyitems(config, items):
+    """Unit tests first, then the integration files longest first (tests/schedule.py says why). Each
+    file's tests keep their order; pytest-xdist's own reordering (by number of tests) is off in addopts."""
+    items.sort(key=lambda item: file_order(item.nodeid.split("::")[0]))
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _jvm_archive_ready(request):
+    """Before a module's tests or fixtures may start a JVM (a unit test starts none): the archive built."""
+    if not request.node.nodeid.startswith("tests/unit/"):
+        jvm_archive.wait()
+
+
 @pytest.fixture(scope="session")
 def spark():
     from pyspark.sql import SparkSession
+
+    jvm_archive.wait()  # a session fixture comes before the module's own
 
     session = (
         SparkSession.builder.master("local[2]")

@@ -4,16 +4,22 @@ Why: about a third of the suite's CPU went to starting JVMs (the session's, and 
 servers the tests run as their own processes). A minimal local session's start, one count and its stop
 took 19 CPU-seconds on 2 cores; with the classes such a run loads mapped from a dynamic CDS archive
 (JDK 13+, ``-XX:ArchiveClassesAtExit`` then ``-XX:SharedArchiveFile``), 10. The archive is built once per
-Java, PySpark and interpreter (about 75 s on 2 cores, under ``~/.cache``; two test processes take a lock),
-by a run that touches what the tests use: SQL, a shuffle, Arrow, a Python data source batch and
-streaming read and a batch write, parquet.
+Java, PySpark and interpreter (about 85 s of one core, under ``~/.cache``), by a run that touches what the
+tests use: SQL, a shuffle, Arrow, a Python data source batch and streaming read and a batch write, parquet.
+
+The build runs in the background while the unit tests, which start no JVM, use the other core
+(``start()`` when the tests' conftest is imported); a test that may start a JVM waits for it first
+(``wait()``). A JVM pointed at an archive that is not there yet starts without it, silently, so no JVM
+may start before ``wait()`` returns. The builder holds a lock on the archive's lock file from before it
+starts until it ends: a process that gets the lock sees either the archive or a build that failed.
 
 A JVM whose class path differs (the standalone cluster's master and worker, another PySpark) cannot use
 the archive and starts as before; the JVM's CDS messages are turned off so that no test sees them on
 stderr. Nothing here changes what a JVM computes, only where its classes are read from. Turned off with
 ``JETSTREAM_TESTS_NO_CDS=1``; a ``JAVA_TOOL_OPTIONS`` the caller set is kept as it is.
 
-    python -m tests.jvm_archive <archive>      # the archive-building run (what ensure() starts)
+    python -m tests.jvm_archive build <archive>   # the builder start() spawns (it inherits the lock)
+    python -m tests.jvm_archive touch             # the Spark run the builder records the classes of
 """
 
 from __future__ import annotations
@@ -24,10 +30,15 @@ import hashlib
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 C1_ONLY = "-XX:TieredStopAtLevel=1"
 QUIET = "-Xlog:cds=off -Xlog:cds+dynamic=off"
+BUILD_DEADLINE = 900.0  # seconds a test waits for a build under way (it takes about 85 s of one core)
+ROOT = Path(__file__).resolve().parents[1]
+
+_state: dict[str, object] = {}  # "archive": the Path being waited for, "builder": the Popen this process started
 
 
 def _key() -> str:
@@ -41,35 +52,85 @@ def _key() -> str:
     return hashlib.sha256(stamp.encode()).hexdigest()[:16]
 
 
-def ensure() -> Path | None:
-    """The archive for this Java and PySpark, built if missing; None if it cannot be built (then the JVMs
-    start as they would without it)."""
+def _lock_path(archive: Path) -> Path:
+    return archive.with_name(f"{archive.name}.lock")
+
+
+def _with_archive(archive: Path) -> str:
+    return f"{C1_ONLY} -XX:SharedArchiveFile={archive} {QUIET}"
+
+
+def start() -> str:
+    """The JAVA_TOOL_OPTIONS for the tests' JVMs: C1 only (conftest says why), and the archive, which is
+    started building in the background when it is missing and nobody builds it yet."""
+    if os.environ.get("JETSTREAM_TESTS_NO_CDS"):
+        return C1_ONLY
     cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "pyspark-jetstream-tests"
     try:
         cache.mkdir(parents=True, exist_ok=True)
         archive = cache / f"spark-{_key()}.jsa"
-        with open(cache / f"{archive.name}.lock", "w") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)  # the other test process waits for the one building it
-            if not archive.exists():
-                partial = archive.with_suffix(".partial")
-                with contextlib.suppress(FileNotFoundError):
-                    partial.unlink()
-                env = {**os.environ, "JAVA_TOOL_OPTIONS": f"{C1_ONLY} -XX:ArchiveClassesAtExit={partial} {QUIET}"}
-                subprocess.run([sys.executable, "-m", "tests.jvm_archive", str(partial)], env=env, timeout=600,
-                               cwd=Path(__file__).resolve().parents[1], stdout=subprocess.DEVNULL,
-                               stderr=subprocess.DEVNULL, check=True)
-                partial.rename(archive)
-        return archive
+        _state["archive"] = archive
+        if archive.exists():
+            return _with_archive(archive)
+        fd = os.open(_lock_path(archive), os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:  # another test process's builder has it
+            os.close(fd)
+            return _with_archive(archive)
+        try:
+            if not archive.exists():  # a builder may have ended between the two looks
+                # The builder inherits the locked descriptor: the lock is released when it ends, never before.
+                _state["builder"] = subprocess.Popen(
+                    [sys.executable, "-m", "tests.jvm_archive", "build", str(archive)], cwd=ROOT, pass_fds=(fd,),
+                    stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        finally:
+            os.close(fd)
+        return _with_archive(archive)
     except (OSError, subprocess.SubprocessError):
-        return None
-
-
-def java_options() -> str:
-    """What JAVA_TOOL_OPTIONS the tests' JVMs get: C1 only (conftest says why), and the archive if there is one."""
-    if os.environ.get("JETSTREAM_TESTS_NO_CDS"):
+        _state.pop("archive", None)
         return C1_ONLY
-    archive = ensure()
-    return f"{C1_ONLY} -XX:SharedArchiveFile={archive} {QUIET}" if archive is not None else C1_ONLY
+
+
+def wait() -> None:
+    """Return when no build of the archive is under way; without an archive then (a failed build), the
+    JVMs that follow start without it. Called before anything that may start a JVM."""
+    archive = _state.get("archive")
+    if not isinstance(archive, Path) or archive.exists():
+        return
+    builder = _state.pop("builder", None)
+    if isinstance(builder, subprocess.Popen):
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            builder.wait(timeout=BUILD_DEADLINE)
+    fd = os.open(_lock_path(archive), os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        deadline = time.monotonic() + BUILD_DEADLINE
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    break
+                time.sleep(0.1)  # another test process's builder holds the lock until it ends
+    finally:
+        os.close(fd)
+    if not archive.exists():
+        print(f"tests/jvm_archive.py: no class-data archive at {archive}; the JVMs start without it",
+              file=sys.stderr)
+        os.environ["JAVA_TOOL_OPTIONS"] = C1_ONLY
+        _state.pop("archive", None)
+
+
+def _build(archive: Path) -> None:
+    """The builder: record the classes of a Spark run, then move the archive into place (whole or not at all)."""
+    partial = archive.with_suffix(".partial")
+    with contextlib.suppress(FileNotFoundError):
+        partial.unlink()
+    env = {**os.environ, "JAVA_TOOL_OPTIONS": f"{C1_ONLY} -XX:ArchiveClassesAtExit={partial} {QUIET}"}
+    subprocess.run([sys.executable, "-m", "tests.jvm_archive", "touch"], env=env, timeout=600, cwd=ROOT,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
+    partial.rename(archive)
 
 
 def _touch_what_the_tests_use() -> None:
@@ -150,5 +211,9 @@ def _touch_what_the_tests_use() -> None:
 
 
 if __name__ == "__main__":
-    _touch_what_the_tests_use()
-    sys.exit(0)
+    if sys.argv[1:2] == ["build"]:
+        _build(Path(sys.argv[2]))
+    elif sys.argv[1:2] == ["touch"]:
+        _touch_what_the_tests_use()
+    else:
+        sys.exit("usage: python -m tests.jvm_archive build <archive> | touch")
