@@ -35,7 +35,7 @@ BUILDER = textwrap.dedent("""
 
 
 def _builder(archive: Path, outcome: str) -> subprocess.Popen:
-    fd = os.open(archive.with_name(f"{archive.name}.lock"), os.O_RDWR | os.O_CREAT, 0o644)
+    fd = os.open(jvm_archive._lock_path(archive), os.O_RDWR | os.O_CREAT, 0o644)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         return subprocess.Popen([sys.executable, "-c", BUILDER, outcome, str(archive)], pass_fds=(fd,),
@@ -52,7 +52,7 @@ def test_wait_returns_when_the_build_ends_and_drops_an_archive_that_never_came(t
     builder = _builder(archive, outcome)
     try:
         # Under way: another process's builder (this one did not start it) holds the lock.
-        fd = os.open(archive.with_name(f"{archive.name}.lock"), os.O_RDWR)
+        fd = os.open(jvm_archive._lock_path(archive), os.O_RDWR)
         with pytest.raises(BlockingIOError):
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         os.close(fd)
