@@ -372,3 +372,44 @@ def test_an_open_feed_is_one_batch_across_pauses_and_commits_when_it_closes(nats
 
 async def _idle(pub: FastPublisher, sent: int, pings: int) -> bool:
     return pub.window.sent == sent and pub.pings >= pings
+
+
+class _LosingTheFinalAck(FastPublisher):
+    """Never hears the first batch's final PubAck (lost on its way): the batch ends with the next answer,
+    10208 for a message sent after its end, with the rows after the last flow ack in doubt."""
+
+    def _on_answer(self, subject: bytes, reply: bytes, data: bytes, headers: bytes | None) -> None:
+        if self._batches == 1 and b'"count"' in data:
+            return
+        super()._on_answer(subject, reply, data, headers)
+
+
+@pytest.mark.parametrize("with_ids", [True, False], ids=["ids", "no-ids"])
+def test_rows_in_doubt_before_a_refusal_go_again_only_with_their_ids(nats_server, stream_name, with_ids):
+    """Message 131 is refused and the final PubAck is lost: 101..130 (past the flow ack at 100) are in
+    doubt. With ids they are left for the caller to resend (the stream drops any copy); without, the
+    publish fails rather than send any of them twice (issue #54: 300 rows without ids stored 349)."""
+    messages = _messages(stream_name, 300)
+    if not with_ids:
+        messages = [(subject, headers, payload, None) for subject, headers, payload, _ in messages]
+    subject, headers, payload, msg_id = messages[130]
+    messages[130] = (subject, [*headers.items(), ("Nats-TTL", "1h")], payload, msg_id)
+
+    async def scenario():
+        nc = await nats.connect(nats_server.url)
+        js = nc.jetstream()
+        await _stream(js, stream_name)
+        pub = await _LosingTheFinalAck(nc, flow=50, ping_after=0.2, ack_timeout=10).start()
+        try:
+            return await pub.publish(messages), None, await _stored(js, stream_name)
+        except Exception as e:  # noqa: BLE001 - the failure is what the test looks at
+            return None, e, await _stored(js, stream_name)
+        finally:
+            await nc.close()
+
+    result, error, stored = _run(scenario())
+    assert [row[4] for row in stored] == [str(p) for p in range(130)]  # each once, in order
+    if with_ids:
+        assert error is None and result.refused.position == 130 and result.stored == 100
+    else:
+        assert result is None and "no Nats-Msg-Id" in str(error) and "in doubt (from 100)" in str(error)

@@ -346,6 +346,9 @@ class FastPublisher:
                 busy_since = None
                 continue
             if end.kind == fi.REFUSED:
+                # The caller resends the rows in doubt before the refused one (no final PubAck told their
+                # fate): only those with an id may go again.
+                self._check_resend(feed, done + end.stored, end.in_doubt)
                 position = done + end.refused - 1
                 error = end.error
                 refusal = Refusal(position, feed.subject(position), error.code, error.err_code, error.description)
@@ -376,7 +379,8 @@ class FastPublisher:
         if missing:
             raise JetStreamConnectorError(
                 f"The batch ended with {in_doubt} messages in doubt (from {first}), and message {missing[0]} has "
-                "no Nats-Msg-Id: resending it could store it twice.")
+                "no Nats-Msg-Id: resending it could store it twice, so nothing more is sent. Rows carry an id "
+                "unless option 'idempotent' is false.")
 
     def _last_message(self, feed: Feed) -> int:
         """The batch sequence that commits, once known: the feed's last message when it is closed, or the
