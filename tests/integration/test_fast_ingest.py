@@ -413,3 +413,43 @@ def test_rows_in_doubt_before_a_refusal_go_again_only_with_their_ids(nats_server
         assert error is None and result.refused.position == 130 and result.stored == 100
     else:
         assert result is None and "no Nats-Msg-Id" in str(error) and "in doubt (from 100)" in str(error)
+
+
+@pytest.mark.parametrize("how", ["abort", "close"])
+def test_a_batch_given_up_while_disconnected_sends_nothing_after_the_reconnect(stream_name, how):
+    """The server goes away, the batch's first message waits in nats-py's write buffer, and the publish
+    is given up. After an abort nothing of it reaches the server once the connection is back (issue #54:
+    a failed batched write stored 1 row after the reconnect); a plain close (a publish that ended well)
+    leaves nats-py's buffer alone, and the message arrives: what the test tells apart."""
+    messages = _messages(stream_name, 50)
+
+    async def scenario(server):
+        nc = await nats.connect(server.url, max_reconnect_attempts=-1, reconnect_time_wait=0.1)
+        js = nc.jetstream()
+        await _stream(js, stream_name)
+        pub = await FastPublisher(nc, flow=10, ack_timeout=30).start()
+        await asyncio.get_running_loop().run_in_executor(None, server.stop)
+        await _until(lambda: _disconnected(nc), "the connection saw the server go")
+        publishing = asyncio.ensure_future(pub.publish(messages))
+        await _until(lambda: _buffered(nc), "message 1 waits in nats-py's buffer")
+        publishing.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await publishing
+        await (pub.abort() if how == "abort" else pub.close())
+        await asyncio.get_running_loop().run_in_executor(None, server.start)
+        await _until(lambda: _connected(nc), "reconnected")
+        await nc.flush(5)  # whatever nats-py still held is written before the PONG comes back
+        count = (await js.stream_info(stream_name)).state.messages
+        await nc.close()
+        return count
+
+    with EmbeddedNatsServer() as server:
+        assert _run(scenario(server)) == (0 if how == "abort" else 1)
+
+
+async def _disconnected(nc) -> bool:
+    return not nc.is_connected
+
+
+async def _buffered(nc) -> bool:
+    return nc.pending_data_size > 0

@@ -43,7 +43,8 @@ from ..errors import AckTimeoutError, JetStreamConnectorError
 from ..protocol import fast_ingest as fi
 from ..protocol.frames import hpub_around_reply, pub_frame
 from ..protocol.headers import MSG_ID
-from .nats_internals import events_of, is_clustered, raw_subscribe, raw_unsubscribe, send_raw
+from .nats_internals import events_of, is_clustered, raw_subscribe, raw_unsubscribe
+from .outbox import Outbox
 
 Headers = Mapping[str, str] | Iterable[tuple[str, str]] | None
 Message = tuple[str, Headers, bytes, "str | None"]
@@ -235,6 +236,7 @@ class FastPublisher:
     def __init__(self, nc: Any, *, flow: int = 500, outstanding: int = fi.OUTSTANDING, ack_timeout: float = 10.0,
                  ping_after: float = 1.0, busy_for: float = 30.0, chunk: int = 256, max_batch: int = 0) -> None:
         self._nc = nc
+        self._outbox = Outbox(nc)
         self.flow, self.outstanding, self.chunk, self.max_batch = flow, outstanding, chunk, max_batch
         self.ack_timeout, self.ping_after, self.busy_for = ack_timeout, ping_after, busy_for
         self._inbox = ""
@@ -255,6 +257,12 @@ class FastPublisher:
         self._inbox = self._nc.new_inbox()
         self._sub = await raw_subscribe(self._nc, self._inbox + ".>", self._on_answer, self._on_answers)
         return self
+
+    async def abort(self) -> None:
+        """Close after a failure: frames nats-py still holds (the connection is down) are dropped, so
+        that nothing is published after the reconnect, behind the failed write's back."""
+        self._outbox.take_back()
+        await self.close()
 
     async def close(self) -> None:
         events_of(self._nc).listeners.discard(self)
@@ -469,4 +477,4 @@ class FastPublisher:
     _frames = staticmethod(batch_frames)  # a seam: a test's publisher sends its commit as an append
 
     async def _send(self, buffer: bytes) -> None:
-        await send_raw(self._nc, buffer)
+        await self._outbox.send(buffer)

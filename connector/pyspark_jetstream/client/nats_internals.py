@@ -485,3 +485,4 @@ def discard_pending(nc: Any, buffers: list[bytes]) -> int:
         nc._pending = kept
         nc._pending_data_size = sum(len(b) for b in kept)
     return dropped
+

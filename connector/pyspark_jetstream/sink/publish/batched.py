@@ -260,8 +260,12 @@ class BatchedPublisher:
         job, self._job = self._job, None
         if job is not None:
             await cancel_and_wait(job)
-        await self._fast.close()
+        await self._fast.abort()
         await self.acked.abort()
 
     async def close(self) -> None:
-        await self.abort()
+        job, self._job = self._job, None
+        if job is not None:
+            await cancel_and_wait(job)
+        await self._fast.close()
+        await self.acked.close()

@@ -46,6 +46,7 @@ import contextlib
 import time
 
 from ...client.nats_internals import raw_subscribe, raw_unsubscribe
+from ...client.outbox import Outbox
 from ...errors import AckTimeoutError, JetStreamConnectorError
 from ..encode.frames import ReplyForm
 from .acks import DEAD_LETTER_TAG, AckTracker
@@ -98,7 +99,7 @@ class Publisher:
         self._sub = None
         self.reply_prefix = ""
         self._closed: str | None = None  # why the connection closed for good, once it has
-        self._unwritten: list[bytes] = []  # buffers handed to nats-py that may still wait in its write buffer
+        self._outbox = Outbox(nc)  # what nats-py may still hold of ours while the connection is down
 
     async def start(self) -> Publisher:
         from ...client.nats_internals import events_of
@@ -164,11 +165,7 @@ class Publisher:
 
     async def _send(self, buffer: bytes) -> None:
         """Hand ``buffer`` to the connection, remembering it until nats-py has written it (see :meth:`abort`)."""
-        from ...client.nats_internals import send_raw, still_pending
-
-        self._unwritten = still_pending(self._nc, self._unwritten)
-        self._unwritten.append(buffer)
-        await send_raw(self._nc, buffer)
+        await self._outbox.send(buffer)
 
     async def _resend(self, tokens: list[str]) -> None:
         if not tokens or self._nc.is_closed:
@@ -291,11 +288,7 @@ class Publisher:
     async def abort(self) -> None:
         """Close after the task failed: frames nats-py still holds (the connection is down) are
         dropped, so that they are not published after the reconnect, behind the task's back."""
-        from ...client.nats_internals import discard_pending
-
-        if not self._nc.is_closed:
-            discard_pending(self._nc, self._unwritten)
-        self._unwritten = []
+        self._outbox.take_back()
         await self.close()
 
     async def close(self) -> None:
