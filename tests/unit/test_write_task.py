@@ -44,7 +44,7 @@ def _task(dead_letter_subject=None, ordering=None, reduction=None) -> WriteTask:
     task.plan = SimpleNamespace(guard=None, options=None, encoder=SimpleNamespace(max_payload=1 << 20))
     task.opts = SimpleNamespace(dead_letter_subject=dead_letter_subject)
     task.partition, task.msg_ids, task.position, task.expired, task.markers_skipped = 2, None, 0, 0, 0
-    task.encoder, task.pub, task.retry = _Encoder(), _Publisher(), None
+    task.encoder, task.pub, task.retry, task.barrier = _Encoder(), _Publisher(), None, None
     task.records = ReplayRecords(task.plan, None, 2)
     task.ordering = ordering or SimpleNamespace(order=lambda batch: True)
     task.reduction = reduction

@@ -182,10 +182,11 @@ async def first_seq_at_or_after(nc, stream: str, when, prefix: str = API_PREFIX)
     return None if reply is None else int(reply["message"]["seq"])
 
 
-async def last_message_of_subject(nc, stream: str, subject: str, prefix: str = API_PREFIX) -> tuple[int, bytes] | None:
+async def last_message_of_subject(nc, stream: str, subject: str, prefix: str = API_PREFIX,
+                                  timeout: float = 10.0) -> tuple[int, bytes] | None:
     """(seq, header block) of the last message on ``subject`` (``last_by_subj``), or None."""
     reply = await request_unless(ERR_NO_MESSAGE_FOUND, nc, f"STREAM.MSG.GET.{stream}", {"last_by_subj": subject},
-                                 prefix=prefix)
+                                 timeout=timeout, prefix=prefix)
     if reply is None:
         return None
     m = reply["message"]

@@ -54,6 +54,17 @@ OPERATION_HEADERS = {
 ERR_WRONG_LAST_SEQUENCE = 10071
 """The server's err_code for a compare-and-set whose expected last subject sequence is stale."""
 
+ERR_LAST_SEQUENCE_IN_PROCESS = 10164
+"""``wrong last sequence`` without a sequence: a replicated stream refuses a compare-and-set while another
+row of the key that expects a last sequence is proposed but not applied (nats-server
+``checkMsgHeadersPreClusteredProposal``). Not yet an answer: the row is sent again."""
+
+ERR_JETSTREAM_UNAVAILABLE = 10008
+"""``JetStream system temporarily unavailable`` (code 503): an election or a proposal in flight."""
+
+WRONG_LAST_SEQUENCE = (ERR_WRONG_LAST_SEQUENCE, ERR_LAST_SEQUENCE_IN_PROCESS)
+"""nats-py's ``KeyWrongLastSequenceError`` takes both."""
+
 _CREATE_LINE = f"\r\n{EXPECTED_LAST_SUBJECT_SEQUENCE}: 0\r\n".encode()
 
 

@@ -14,7 +14,11 @@ So a row refused with 10071 that carries a ``Nats-Msg-Id`` is looked for, and co
 
 1. the key's last message carries it (one ``STREAM.MSG.GET``: the common replay);
 2. the duplicate window holds it (one empty publish that stores nothing,
-   :func:`~pyspark_jetstream.protocol.kv.duplicate_probe_headers`): a row replaced since;
+   :func:`~pyspark_jetstream.protocol.kv.duplicate_probe_headers`): a row replaced since. Asked of a
+   single-replica bucket only: a replicated stream checks ``Nats-Expected-Last-Msg-Id`` when it applies
+   the proposal, and nats-server 2.15.1 takes the mismatch there for a critical write error on every
+   replica, leaving the stream without a leader (reproduced here: ``last msgid mismatch``, every
+   ``STREAM.MSG.GET`` then unanswered or 503/10008; issue #54);
 3. one of the key's older messages carries it (buckets with history > 1: a walk by subject).
 
 Ids are compared as rows (:func:`same_row`): a row an ordered write moved back into its key's order after
@@ -59,14 +63,16 @@ async def stored_already(nc: Any, stream: str, rows: list[tuple[str, str, int]],
     never = f"sparkjs-none-{uuid.uuid4().hex}"  # no message carries it: the probe never stores
     gate = asyncio.Semaphore(WINDOW)
     info = await jsapi.stream_info(nc, stream, prefix)
-    history = int((info or {}).get("config", {}).get("max_msgs_per_subject") or -1)  # -1: unlimited
+    config = (info or {}).get("config", {})
+    history = int(config.get("max_msgs_per_subject") or -1)  # -1: unlimited
+    probe = int(config.get("num_replicas") or 1) == 1  # never on a replicated stream (module docstring, 2.)
 
     async def one(subject: str, msg_id: str, expected: int) -> bool:
         async with gate:
             last = await jsapi.last_message_of_subject(nc, stream, subject, prefix)  # None: the key holds nothing
             if last is not None and same_row(kv.msg_id_of(last[1]), msg_id):
                 return True
-            if await in_duplicate_window(nc, subject, base_id(msg_id), never, timeout):  # a value replaced or expired since
+            if probe and await in_duplicate_window(nc, subject, base_id(msg_id), never, timeout):  # replaced since
                 return True
             return (last is not None and history != 1
                     and await among_older(nc, stream, subject, msg_id, expected + 1, last[0], prefix))

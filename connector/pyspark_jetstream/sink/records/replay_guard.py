@@ -57,7 +57,7 @@ from .superseded import Superseded
 
 log = get_logger("sink")
 
-WRONG_LAST_SEQUENCE = (10071, 10164)
+WRONG_LAST_SEQUENCE = kv.WRONG_LAST_SEQUENCE
 """A create (expected last subject sequence 0) of a key that exists: 10071 on a single server, 10164
 ("wrong last sequence" without a number) from a clustered stream (seen in the chaos soak)."""
 SCAN_BATCH = 2000

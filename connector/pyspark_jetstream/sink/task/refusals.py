@@ -13,6 +13,7 @@ that capture subjects beside the row's.
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any
 
 from ...client import jsapi, runtime
@@ -23,8 +24,12 @@ from ...protocol.frames import hpub_frame
 from ...protocol.puback import STREAM_TOO_MANY_REQUESTS
 from ..encode.frames import OutFrame
 from ..encode.rows import RowRejection
+from .key_barrier import is_checked
 
 log = get_logger("sink")
+
+NOT_YET = (kv.ERR_LAST_SEQUENCE_IN_PROCESS, kv.ERR_JETSTREAM_UNAVAILABLE)
+"""A compare-and-set row's refusals that mean "not yet" (docs/guarantees.md): sent again (:meth:`Refusals.again`)."""
 
 
 class Refusals:
@@ -37,6 +42,9 @@ class Refusals:
         self.already_stored = 0  # compare-and-set rows an earlier attempt stored (stored_before)
         self.recreated: set[int] = set()  # positions of KV creates put again after a tombstone (once each)
         self._streams_near: dict[str, list[tuple[str, list[str]]] | None] = {}  # see _where_subjects_go
+        self._not_yet: dict[int, float] = {}  # position: when the row was first answered "not yet" (again)
+        self._not_yet_rounds = 0
+        self.not_yet = 0  # rows sent again after a "not yet"
 
     def settle(self) -> bool:
         """Turn the publishes the server refused since the last call into dead letters (or a failure);
@@ -62,7 +70,7 @@ class Refusals:
             first = min(dropped, key=lambda f: f.position)
             raise StreamBusyError(subject=OutFrame._make(first.sent).subject, position=first.position,
                                   partition=self.partition, rows=len(dropped))
-        failures = self.recreate(self.stored_before(failures))
+        failures = self.recreate(self.stored_before(self.again(failures)))
         if not failures:
             return True
         rejections, originals = [], {}
@@ -79,6 +87,31 @@ class Refusals:
             originals[f.position] = sent.header_block
         self.task.divert(rejections, originals)
         return True
+
+    def again(self, failures: list) -> list:
+        """Compare-and-set rows of a bucket answered "not yet" (:data:`NOT_YET`: the key's previous row
+        still in process on a replicated stream, or JetStream briefly without a leader) are sent again after
+        a pause, for at most ``ackTimeout`` seconds from their first such answer: neither answer stored the
+        row, and the check it carries stores it at most once. The task's key barrier keeps the key's later
+        rows behind it (key_barrier.py). Returns the failures that stand."""
+        if self.opts.bucket is None:
+            return failures
+        now = time.monotonic()
+        retry = [f for f in failures if f.err_code in NOT_YET and is_checked(f.sent)
+                 and now - self._not_yet.setdefault(f.position, now) < self.opts.ack_timeout]
+        if not retry:
+            return failures
+        self._not_yet_rounds += 1
+        pause = min(1.0, 0.02 * 2 ** min(6, self._not_yet_rounds))
+
+        async def send_again() -> None:
+            await asyncio.sleep(pause)
+            await self.task.pub.publish([tuple(f.sent) for f in retry])
+
+        runtime.run(send_again())
+        self.not_yet += len(retry)
+        again = {f.position for f in retry}
+        return [f for f in failures if f.position not in again]
 
     def stored_before(self, failures: list) -> list:
         """Compare-and-set rows refused with 10071 whose ``Nats-Msg-Id`` the bucket shows stored (a retry,
@@ -118,10 +151,14 @@ class Refusals:
             return failures
         stream, prefix = kv.stream_name(bucket), self.opts.api_prefix
 
+        deadline = time.monotonic() + self.opts.ack_timeout
+
         async def last_entries() -> list:
+            # An R3 bucket may answer 503/10008 or nothing while its leader changes: asked again until the deadline.
             nc = await runtime.connection(self.opts.connection)
-            return await asyncio.gather(*(jsapi.last_message_of_subject(nc, stream, f.sent[2], prefix)
-                                          for f in candidates))
+            return await asyncio.gather(*(jsapi.retrying(
+                lambda timeout, subject=f.sent[2]: jsapi.last_message_of_subject(nc, stream, subject, prefix, timeout),
+                deadline) for f in candidates))
 
         frames, retried = [], set()
         for f, last in zip(candidates, runtime.run(last_entries()), strict=True):

@@ -39,6 +39,7 @@ from ..reduce.sequenced_write import SequencedWrite
 from .commit import SinkCommitMessage, describe_target
 from .dead_letters import dead_letters, first_refusal
 from .identity import query_of_task, retried_attempt, task_identity
+from .key_barrier import KeyBarrier
 from .refusals import Refusals
 
 log = get_logger("sink")
@@ -135,6 +136,9 @@ class WriteTask:
         self.pub = open_publisher(opts, move_base, after_retry, replayed=self.retry is not None,
                                   batched_to=batched_to)
         self.refusals = Refusals(self)
+        # A bucket write's checked rows wait for their key's earlier rows (key_barrier.py); sequenceBy
+        # writes a key once per task and settles its own compare-and-set refusals.
+        self.barrier = KeyBarrier() if opts.bucket is not None and plan.sequence is None else None
 
     def write(self, batch: Any) -> None:
         """One input batch through the stages: reduced per key (``sequenceBy``: :meth:`finish` publishes the
@@ -165,8 +169,25 @@ class WriteTask:
         and which to refuse) and publish what an earlier attempt did not store, without settling: the
         caller settles (``sequenceBy`` must see a compare-and-set refusal first)."""
         frames = self.skip_stored(self.encode(batch, first, choice))
-        if frames:
+        if not frames:
+            return
+        if self.barrier is None:
             runtime.run(self.pub.publish(frames))
+            return
+        for i, run in enumerate(self.barrier.runs(frames)):
+            if i:
+                self.drain()  # the key's earlier rows stored (or settled) before this one is checked
+            if run:
+                runtime.run(self.pub.publish(list(run)))
+
+    def drain(self) -> None:
+        """Every row sent so far has its PubAck and its refusal settled (creates put again, dead letters,
+        rows answered "not yet" sent again: each drained and settled in turn)."""
+        runtime.run(self.pub.drain())
+        while self.settle():
+            runtime.run(self.pub.drain())
+        if self.barrier is not None:
+            self.barrier.drained()
 
     def encode(self, batch: Any, first: int, choice: RowChoice | None = None) -> list[tuple]:
         """``batch``'s frames; its rows refused diverted, its expired rows and delete markers counted."""
@@ -211,9 +232,7 @@ class WriteTask:
                     self._publish_slice(batch)
             finally:
                 held.close()
-        runtime.run(self.pub.drain())
-        while self.settle():  # creates put again, dead letters: drained and settled in turn
-            runtime.run(self.pub.drain())
+        self.drain()
         self._delete_stale()
         if self.pub.moves_finished or self.pub.restored:
             log.warning("JetStream sink: partition %d finished %d moves an earlier attempt cut short (old copies "
