@@ -59,6 +59,16 @@ class FastIngestUnavailable(JetStreamConnectorError):
     """The stream or the server cannot take fast-ingest batches (checked before anything is sent)."""
 
 
+class TooManyBatches(FastIngestUnavailable):
+    """The stream or the server has as many open batches as it allows (429/10211) and the publisher was
+    told to give way: message ``position`` of the feed and those after it were not taken (message 1 of a
+    batch goes alone), so they may go another way (the sink: a PubAck per row)."""
+
+    def __init__(self, message: str, position: int) -> None:
+        super().__init__(message)
+        self.position = position
+
+
 @dataclass(frozen=True)
 class Refusal:
     """The message the server refused: its 0-based ``position`` in the list, and the server's error."""
@@ -234,8 +244,10 @@ class FastPublisher:
     publishers); ``max_batch``: messages per batch (0: the whole list)."""
 
     def __init__(self, nc: Any, *, flow: int = 500, outstanding: int = fi.OUTSTANDING, ack_timeout: float = 10.0,
-                 ping_after: float = 1.0, busy_for: float = 30.0, chunk: int = 256, max_batch: int = 0) -> None:
+                 ping_after: float = 1.0, busy_for: float = 30.0, chunk: int = 256, max_batch: int = 0,
+                 give_way: bool = False) -> None:
         self._nc = nc
+        self.give_way = give_way  # too many open batches: raise TooManyBatches at once instead of waiting
         self._outbox = Outbox(nc)
         self.flow, self.outstanding, self.chunk, self.max_batch = flow, outstanding, chunk, max_batch
         self.ack_timeout, self.ping_after, self.busy_for = ack_timeout, ping_after, busy_for
@@ -365,6 +377,8 @@ class FastPublisher:
             if end.kind == fi.FATAL or (end.kind == fi.RETRY and end.error.no_responders
                                         and not is_clustered(self._nc)):
                 raise FastIngestUnavailable(f"the stream refused the batch: {end.error}")
+            if self.give_way and isinstance(final, fi.BatchError) and final.too_many:
+                raise TooManyBatches(f"the stream has as many open batches as it allows: {end.error}", done)
             self._check_resend(feed, done + end.stored, end.in_doubt)
             resent += end.in_doubt
             done += end.resume_from - 1

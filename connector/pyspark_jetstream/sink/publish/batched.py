@@ -33,7 +33,8 @@ import asyncio
 from collections.abc import Sequence
 from typing import Any
 
-from ...client.fast_publisher import FastPublisher, Feed, cut_frame
+from ...client.fast_publisher import FastPublisher, Feed, TooManyBatches, cut_frame
+from ...logs import get_logger
 from ...protocol import fast_ingest as fi
 from ...protocol.subjects import subject_matches
 from ..encode.frames import ReplyForm
@@ -41,6 +42,9 @@ from .acks import AckFailure
 
 CACHE = 4096
 """Subjects whose place (in the target stream or not) is remembered per task."""
+
+log = get_logger("sink")
+_said_busy: set[str] = set()
 
 
 def cut(frames: Sequence[tuple]) -> tuple[list[tuple[bytes, bytes, bytes]], list[str], list[str | None]]:
@@ -92,10 +96,13 @@ class BatchedPublisher:
     """Publishes a task's slices in fast-ingest batches (module docstring). ``acked``: the per-row
     publisher, started; ``subjects``: the target stream's subjects (empty: every row is the target's)."""
 
-    def __init__(self, nc: Any, acked: Any, *, subjects: Sequence[str] = (), ack_timeout: float = 30.0) -> None:
+    def __init__(self, nc: Any, acked: Any, *, subjects: Sequence[str] = (), ack_timeout: float = 30.0,
+                 target: str = "the target stream") -> None:
         self._nc = nc
+        self.target = target
         self.acked = acked
-        self._fast = FastPublisher(nc, ack_timeout=ack_timeout)
+        self._fast = FastPublisher(nc, ack_timeout=ack_timeout, give_way=True)
+        self.per_row = False  # the stream had no room for another batch: a PubAck per row from then on
         self._target = TargetSubjects(subjects) if subjects else None
         self._job: asyncio.Task | None = None
         self._feed = Feed()
@@ -176,6 +183,9 @@ class BatchedPublisher:
         if dead_letter:
             await self.acked.publish(frames, dead_letter=True)
             return
+        if self.per_row:
+            await self._per_row(frames)
+            return
         if self._target is not None:
             target = self._target
             outside = [sent for sent in frames if sent[2] not in target]
@@ -183,6 +193,9 @@ class BatchedPublisher:
                 frames = [sent for sent in frames if sent[2] in target]
                 await self.acked.publish(reframed(outside, self.acked.reply_form))
         if not frames:
+            return
+        if self.per_row:  # fell back while the rows outside the target were sent
+            await self._per_row(frames)
             return
         feed = self._open_feed()
         if feed is self._whole and self._whole_frames(feed, frames):
@@ -230,11 +243,37 @@ class BatchedPublisher:
             self._job = None
             job.result()
 
+    async def _per_row(self, frames: list[tuple]) -> None:
+        """After the fall-back: the feed's rest handed over first (the job ending), then ``frames``."""
+        job, self._job = self._job, None
+        if job is not None:
+            await job  # raises what ended it
+        await self.acked.publish(reframed(frames, self.acked.reply_form))
+
+    async def _fall_back(self, feed: Feed, position: int, target: str) -> None:
+        """The stream has as many open batches as it allows (429/10211; nats-server's
+        ``max_inflight_per_stream`` is 1,000 by default): the task's rows from ``position`` on, and every
+        later one, go with a PubAck per row instead of waiting for room. Said once per stream and executor."""
+        self.per_row = True
+        feed.close()  # nothing more is added: publish() takes the per-row path from now on
+        if target not in _said_busy:
+            _said_busy.add(target)
+            log.warning("JetStream sink: %s has as many open fast-ingest batches as it allows (429/10211); tasks "
+                        "that find no room publish with a PubAck per row (raise the server's "
+                        "jetstream.limits.batch.max_inflight_per_stream, or write with fewer tasks)", target)
+        rest = feed.tags[position - feed.offset:]
+        if rest:
+            await self.acked.publish(reframed(rest, self.acked.reply_form))
+
     async def _run(self, feed: Feed) -> None:
         """``feed`` in batches: one, unless the server refuses a row (see the module docstring)."""
         start = 0
         while True:
-            result = await self._fast.publish_feed(feed, start)
+            try:
+                result = await self._fast.publish_feed(feed, start)
+            except TooManyBatches as busy:
+                await self._fall_back(feed, busy.position, self.target)
+                return
             self._stored += result.stored
             self._duplicates += result.duplicates
             self.batches += result.batches

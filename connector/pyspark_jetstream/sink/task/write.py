@@ -77,7 +77,8 @@ def open_publisher(opts: Any, move_base: int, after_retry: bool = False, replaye
         ).start()
         if batched_to is None:
             return pub
-        return await BatchedPublisher(nc, pub, subjects=batched_to, ack_timeout=opts.ack_timeout).start()
+        return await BatchedPublisher(nc, pub, subjects=batched_to, ack_timeout=opts.ack_timeout,
+                                      target=f"stream '{target}'" if target else "the target stream").start()
 
     return runtime.run(opened())
 
