@@ -255,13 +255,13 @@ def test_resuming_where_each_end_says_stores_every_message_once_in_order(seed):
 def test_rows_in_doubt_are_resent_only_with_their_message_id():
     """A batch that ends with rows in doubt (an unknown batch) resends them from the last flow ack: the
     server drops a copy only by its ``Nats-Msg-Id``, so a row without one fails the publish instead."""
-    from pyspark_jetstream.client.fast_publisher import FastPublisher, Feed
+    from pyspark_jetstream.client.fast_publisher import Feed, check_resend
     from pyspark_jetstream.errors import JetStreamConnectorError
 
     feed = Feed()
     feed.add([(b"", b"", b"")] * 4, ["s"] * 4, ["a", "b", None, "d"])
-    FastPublisher._check_resend(feed, 0, 2)  # a and b: their ids drop what was stored
-    FastPublisher._check_resend(feed, 3, 1)
-    FastPublisher._check_resend(feed, 2, 0)  # nothing in doubt
+    check_resend(feed, 0, 2)  # a and b: their ids drop what was stored
+    check_resend(feed, 3, 1)
+    check_resend(feed, 2, 0)  # nothing in doubt
     with pytest.raises(JetStreamConnectorError, match="message 2 has no Nats-Msg-Id"):
-        FastPublisher._check_resend(feed, 1, 2)
+        check_resend(feed, 1, 2)

@@ -238,6 +238,16 @@ async def check_stream(nc: Any, stream: str, *, api_prefix: str = "$JS.API", tim
     return config
 
 
+def check_resend(feed: Feed, first: int, in_doubt: int) -> None:
+    """Messages sent without a word back are resent: exactly-once only with their message id."""
+    missing = [p for p in range(first, first + in_doubt) if not feed.msg_id(p)]
+    if missing:
+        raise JetStreamConnectorError(
+            f"The batch ended with {in_doubt} messages in doubt (from {first}), and message {missing[0]} has "
+            "no Nats-Msg-Id: resending it could store it twice, so nothing more is sent. Rows carry an id "
+            "unless option 'idempotent' is false.")
+
+
 class FastPublisher:
     """Publishes lists of messages in fast-ingest batches (module docstring). ``flow``: the largest
     ack interval asked for (the server answers min(500, flow), less when the stream has other fast
@@ -368,7 +378,7 @@ class FastPublisher:
             if end.kind == fi.REFUSED:
                 # The caller resends the rows in doubt before the refused one (no final PubAck told their
                 # fate): only those with an id may go again.
-                self._check_resend(feed, done + end.stored, end.in_doubt)
+                check_resend(feed, done + end.stored, end.in_doubt)
                 position = done + end.refused - 1
                 error = end.error
                 refusal = Refusal(position, feed.subject(position), error.code, error.err_code, error.description)
@@ -379,7 +389,7 @@ class FastPublisher:
                 raise FastIngestUnavailable(f"the stream refused the batch: {end.error}")
             if self.give_way and isinstance(final, fi.BatchError) and final.too_many:
                 raise TooManyBatches(f"the stream has as many open batches as it allows: {end.error}", done)
-            self._check_resend(feed, done + end.stored, end.in_doubt)
+            check_resend(feed, done + end.stored, end.in_doubt)
             resent += end.in_doubt
             done += end.resume_from - 1
             now = time.monotonic()
@@ -393,16 +403,6 @@ class FastPublisher:
                 raise AckTimeoutError(f"Batches kept ending without storing anything for {self.ack_timeout:g}s "
                                       f"(at message {done}): {end.error or 'a gap'}")
         return FastIngestResult(done - start, last_seq, self._batches - first_batch, resent, duplicates=duplicates)
-
-    @staticmethod
-    def _check_resend(feed: Feed, first: int, in_doubt: int) -> None:
-        """Messages sent without a word back are resent: exactly-once only with their message id."""
-        missing = [p for p in range(first, first + in_doubt) if not feed.msg_id(p)]
-        if missing:
-            raise JetStreamConnectorError(
-                f"The batch ended with {in_doubt} messages in doubt (from {first}), and message {missing[0]} has "
-                "no Nats-Msg-Id: resending it could store it twice, so nothing more is sent. Rows carry an id "
-                "unless option 'idempotent' is false.")
 
     def _last_message(self, feed: Feed) -> int:
         """The batch sequence that commits, once known: the feed's last message when it is closed, or the

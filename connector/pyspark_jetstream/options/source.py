@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, NamedTuple
 
 from ..errors import OptionError
@@ -205,6 +205,24 @@ class SourceOptions:
     include_headers: bool = True
     columns: tuple[str, ...] | None = None  # the read's columns, in order (None: every column of the schema)
     keys: tuple[str, ...] | None = None  # option 'keys': the bucket's keys (or key filters) read; ``subjects`` holds them
+    origin: str | None = None
+    """The bucket whose name the keys' subjects carry when it is not ``bucket``: a bucket that mirrors another
+    holds the origin's subjects, ``$KV.<origin>.<key>`` (found on the driver: :meth:`mirroring`)."""
+
+    @property
+    def key_bucket(self) -> str | None:
+        """The bucket name in the subjects of this read's keys (``$KV.<key_bucket>.<key>``)."""
+        return self.origin or self.bucket
+
+    def mirroring(self, origin: str) -> SourceOptions:
+        """These options for a bucket that mirrors ``origin``: its filters and the subjects of option ``keys``
+        name the origin's subjects."""
+        if self.bucket is None or origin == self.key_bucket:
+            return self
+        subjects = self.subjects
+        if self.keys is not None:
+            subjects = tuple(f"$KV.{origin}.{key}" for key in self.keys)
+        return replace(self, origin=origin, subjects=subjects)
 
     @property
     def literal_keys(self) -> tuple[str, ...] | None:
@@ -218,7 +236,7 @@ class SourceOptions:
         if self.subjects:
             return self.subjects
         if self.bucket:
-            return (f"$KV.{self.bucket}.>",)
+            return (f"$KV.{self.key_bucket}.>",)
         return ()
 
 

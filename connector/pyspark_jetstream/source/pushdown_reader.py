@@ -44,7 +44,7 @@ class JetStreamPushdownReader(JetStreamBatchReader):
     def pushFilters(self, filters: list[Any]) -> Iterable[Any]:
         filters = list(filters)
         open_end = self.bounds.last_seq if self.end is None else None
-        self._narrow(translate(filters, bucket=self.opts.bucket, snapshot=self.snapshot, open_end_last=open_end))
+        self._narrow(translate(filters, bucket=self.opts.key_bucket, snapshot=self.snapshot, open_end_last=open_end))
         return filters  # Spark filters every row again
 
     def _narrow(self, result: Translation) -> None:

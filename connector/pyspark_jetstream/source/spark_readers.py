@@ -51,6 +51,7 @@ from .plan.stream_facts import (
     split_depth,
     starting_seq,
     stream_bounds,
+    with_origin,
 )
 from .plan.subject_split import ALL
 
@@ -87,7 +88,7 @@ class JetStreamBatchReader(DataSourceReader):
             raise OptionError("startingOffsets", "latest", "A batch read from 'latest' reads nothing (it starts "
                               "after the last message); use 'earliest', a sequence or 'startingTimestamp', or "
                               "spark.readStream for messages still to come.")
-        self.opts = opts
+        self.opts = opts = with_origin(opts)
         self.bounds = bounds = stream_bounds(opts)
         check_filters(opts, bounds)
         self.start = starting_seq(opts, bounds)
@@ -146,7 +147,7 @@ class JetStreamStreamReader(DataSourceStreamReader, *AVAILABLE_NOW_BASES):
         if opts.bookmark_consumer is not None:
             require_server(opts, (2, 14), "bookmarkConsumer", opts.bookmark_consumer,
                             "the consumer reset API that moves the bookmark")
-        self.opts = opts
+        self.opts = with_origin(opts)
         self._latest: StreamBounds | None = None
         self._planned: tuple[dict, StreamBounds] | None = None  # the last end offset planned, and its facts
         self._target: int | None = None

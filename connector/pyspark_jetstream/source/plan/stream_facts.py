@@ -54,6 +54,24 @@ def ask_server(opts: SourceOptions, call: Callable[[], Coroutine[Any, Any, T]], 
             time.sleep(delay)
 
 
+def with_origin(opts: SourceOptions) -> SourceOptions:
+    """``opts`` for the bucket it reads as it is: a bucket that mirrors another (``mirror`` naming
+    ``KV_<origin>``, local or through a domain or an API prefix) holds the origin's subjects,
+    ``$KV.<origin>.<key>``, so its filters, option ``keys`` and the key column take the origin's name (a
+    read by the mirror's own name found 0 rows; issue #54). A bucket that sources others stores what its
+    subject transforms make, its own subjects, as nats.go sets them up: read as it is."""
+    if opts.bucket is None:
+        return opts
+
+    async def info() -> dict | None:
+        nc = await runtime.connection(opts.connection)
+        return await jsapi.stream_info(nc, opts.stream, opts.api_prefix)
+
+    reply = ask_server(opts, info, f"Stream info of '{opts.stream}'")
+    origin = str(((reply or {}).get("config", {}).get("mirror") or {}).get("name") or "")
+    return opts.mirroring(origin[3:]) if origin.startswith("KV_") and len(origin) > 3 else opts
+
+
 def stream_bounds(opts: SourceOptions) -> StreamBounds:
     async def info() -> dict | None:
         nc = await runtime.connection(opts.connection)
@@ -98,8 +116,8 @@ def check_filters(opts: SourceOptions, bounds: StreamBounds) -> None:
     if ask_server(opts, held, "The lookup of messages on the option 'subjects'"):
         return
     what = f"KV bucket '{opts.bucket}'" if opts.bucket else f"stream '{opts.stream}'"
-    hint = (f" A bucket's subjects are '$KV.{opts.bucket}.<key>': filter keys as "
-            f"'{', '.join(f'$KV.{opts.bucket}.{d}' for d in dead)}'." if opts.bucket else "")
+    hint = (f" A bucket's subjects are '$KV.{opts.key_bucket}.<key>': filter keys as "
+            f"'{', '.join(f'$KV.{opts.key_bucket}.{d}' for d in dead)}'." if opts.bucket else "")
     raise OptionError("subjects", ",".join(opts.subjects),
                       f"{', '.join(repr(d) for d in dead)} cannot match any subject of {what}, which takes "
                       f"{', '.join(bounds.subjects)}: nothing would be read.{hint}")

@@ -64,7 +64,7 @@ class Completion:
         self.last_per_subject = False
         if len(self.builder):
             self._emit()  # built with the snapshot's rule: deleted keys left out
-        self.builder = BatchBuilder(self.stream, include_markers=self.opts.include_markers, kv_bucket=self.opts.bucket,
+        self.builder = BatchBuilder(self.stream, include_markers=self.opts.include_markers, kv_bucket=self.opts.key_bucket,
                                     max_age=self.max_age, columns=self.opts.columns)
 
     def _on_snapshot_message(self, subject: bytes, reply: bytes, data: bytes, headers: bytes | None, sseq: int,

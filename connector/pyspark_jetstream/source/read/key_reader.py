@@ -51,7 +51,7 @@ def read_keys(opts: SourceOptions, stream: str, subjects: tuple[str, ...], max_a
     same point in time."""
     if up_to is None and len(subjects) > MULTI_LAST_MAX:
         up_to = runtime.run(_last_seq(opts, stream), timeout=opts.max_wait + 60) or None
-    builder = BatchBuilder(stream, include_markers=opts.include_markers, kv_bucket=opts.bucket, max_age=max_age,
+    builder = BatchBuilder(stream, include_markers=opts.include_markers, kv_bucket=opts.key_bucket, max_age=max_age,
                            drop_removed_keys=True, columns=opts.columns)
     for i in range(0, len(subjects), MULTI_LAST_MAX):
         chunk = list(subjects[i:i + MULTI_LAST_MAX])

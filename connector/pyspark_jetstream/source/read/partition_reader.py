@@ -83,7 +83,7 @@ class PartitionReader(ConsumerLifecycle, ConsumeLoop, Completion):
         # when created counts them); None once the read is a read of changes, or for other reads.
         self.set_left: int | None = None
         self.max_age = max_age
-        self.builder = BatchBuilder(stream, include_markers=opts.include_markers, kv_bucket=opts.bucket,
+        self.builder = BatchBuilder(stream, include_markers=opts.include_markers, kv_bucket=opts.key_bucket,
                                     max_age=max_age, drop_removed_keys=last_per_subject and opts.bucket is not None,
                                     columns=opts.columns)
         self.engine = PullEngine(opts.consume, range_left=last - first + 1, now=time.monotonic())
