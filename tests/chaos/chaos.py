@@ -814,10 +814,10 @@ class Phase:
         for driver in self.drivers.all:
             text = driver.log.read_text(errors="replace") if driver.log.exists() else ""
             replays += len(re.findall(r"JetStream sink: run \S+ partition \d+ replays", text))
-            skipped += sum(int(n) for n in re.findall(r"(\d+) stored by an earlier attempt", text))
-            dup_dropped += sum(int(n) for n in re.findall(
-                r"published(?: in \d+ fast-ingest batches \([^)]*\))?, (\d+) duplicates dropped", text))
-            batches += sum(int(n) for n in re.findall(r"published in (\d+) fast-ingest batches", text))
+            commits = re.findall(r"JetStream sink (?:batch \d+|write) committed: ([^\n]*)", text)
+            skipped += sum(int(n) for line in commits for n in re.findall(r"(\d+) stored before", line))
+            dup_dropped += sum(int(n) for line in commits for n in re.findall(r"(\d+) duplicates", line))
+            batches += sum(int(n) for line in commits for n in re.findall(r"(\d+) fast-ingest batches", line))
             status = driver.status()
             restarts += sum((status.get("restarts") or {}).values())
             failures += status.get("failures") or []

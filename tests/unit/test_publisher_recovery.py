@@ -23,7 +23,7 @@ from pyspark_jetstream.sink.publish.recovery import OrderBook
 from pyspark_jetstream.sink.records import replay_guard
 
 STREAM = "S"
-DROP, STORE, SILENT = "drop", "store", "silent"  # what the fake does with one copy of a frame
+DROP, STORE, SILENT, REFUSE = "drop", "store", "silent", "refuse"  # what the fake does with one copy of a frame
 
 
 def _frames(buffer: bytes):
@@ -58,7 +58,8 @@ class FakeClusteredStream:
     """A connection to a clustered stream (its INFO names a cluster) in memory. ``script(msg_id, copy)``
     says what happens to the ``copy``-th arrival (1, 2, ...) of a frame: :data:`DROP` (an old leader's
     loss: not stored, no reply), :data:`STORE` (stored, or a duplicate of a stored id, and answered) or
-    :data:`SILENT` (stored, its PubAck never comes: a slow new leader)."""
+    :data:`SILENT` (stored, its PubAck never comes: a slow new leader) or :data:`REFUSE` (refused by a per-subject
+    limit, 10077: not stored)."""
 
     def __init__(self, script) -> None:
         self._server_info = {"cluster": "fake"}
@@ -82,6 +83,11 @@ class FakeClusteredStream:
             self.copies[msg_id] += 1
             fate = self.script(msg_id, self.copies[msg_id])
             if fate == DROP:
+                continue
+            if fate == REFUSE:
+                refusal = {"error": {"code": 400, "err_code": 10077, "description": "maximum messages per subject "
+                                     "exceeded"}, "stream": STREAM, "seq": 0}
+                loop.call_soon(self.handler, [(reply.encode(), b"", json.dumps(refusal).encode(), None)])
                 continue
             duplicate = msg_id in self.ids
             expected = _header(block, "Nats-Expected-Last-Subject-Sequence")
@@ -320,3 +326,23 @@ def test_a_retry_does_not_move_again_a_row_its_predecessor_moved_already(monkeyp
 
     pub = _write(fake, lambda pub: _out_frames(pub, "S.a", 2), after_retry=True)
     assert fake.payloads("S.a") == [b"0", b"1"] and pub.reordered == 0
+
+
+def test_a_moved_copy_the_stream_refuses_leaves_the_row_where_it_is_counted_out_of_order(monkeypatch):
+    """Issue #54: row 0 is lost with the old leader, rows 1 and 2 of its subject are stored; the recovery stores
+    row 0 and moves rows 1 and 2 behind it, but the stream refuses their moved copies (a per-subject limit: the
+    old copies still count, 10077). Each row is stored (its old copy stays), so neither is a refused row: no
+    failure (no dead letter), both counted out of order, none as moved."""
+
+    def script(msg_id: str, copy: int) -> str:
+        if msg_id == "r:0":
+            return DROP if copy == 1 else STORE
+        return REFUSE if ":o" in msg_id else STORE
+
+    fake = FakeClusteredStream(script)
+    _install(monkeypatch, fake)
+
+    pub = _write(fake, lambda pub: _out_frames(pub, "S.a", 3))
+    assert fake.payloads("S.a") == [b"1", b"2", b"0"]  # every row once, the old copies where they were
+    assert pub.failures == []
+    assert (pub.reordered, pub.left_out_of_order) == (0, 2)

@@ -92,7 +92,10 @@ def test_a_replays_frames_are_walked_in_order_moved_behind_the_missing_row_and_t
     assert [f[4] for f in out] == ["r1", "r2:o1"] and (moves.already_stored, moves.moved) == (1, 1)
     assert moves.move_base % 1000 == 0 and moves.move_base > 0
     assert moves.stale == [(2, (3,))]
-    moves.refused.add(2)  # the server refused the moved copy: the old one stays
+    # The server refused the moved copy of r2 (position 2) and the row r1 (position 1): r2's old copy stays and
+    # stands for it (issue #54: no dead letter, no failure; counted as left in place), r1 stays a refusal.
+    assert moves.keep_refused({1, 2}) == {2}
+    assert (moves.moved, moves.left_in_place) == (0, 1)
     assert moves.take_stale() == [] and moves.stale == []
     again = RetryMoves({"r0": (1,), "r2": (3,)}, deny_delete=False, attempt_id="t/1", bucket=False)
     again.in_order_behind([frame(0, "r0"), frame(1, "r1"), frame(2, "r2")], {}, None, Pub())

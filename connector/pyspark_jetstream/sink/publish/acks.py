@@ -203,5 +203,7 @@ class AckTracker:
 
     def _fail(self, token: str, sent: tuple, code: int, err_code, description: str, dead_letter: bool) -> None:
         self._pub._first_503.pop(token, None)
+        if not dead_letter and self._pub.mover.keep_refused(token):
+            return  # a moved copy refused: the row's old copy stands (moves.py)
         position = int(token[1:] if dead_letter else token)
         self.failures.append(AckFailure(position, sent, code, err_code, description, dead_letter))

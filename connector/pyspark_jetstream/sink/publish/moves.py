@@ -101,6 +101,17 @@ class Mover:
         if seqs:
             self.left_out_of_order += await self.delete_stored(seqs)
 
+    def keep_refused(self, token: str) -> bool:
+        """Whether ``token`` is a moved copy whose old copy still stands (deleted only once the new one is
+        stored): one the stream refused (a per-subject limit, say: both copies count until the delete) is not a
+        refused row. Its old copy stays where it is, counted among the rows left out of order, never a dead
+        letter or a failure while the row is stored (issue #54)."""
+        if self.replaced.pop(token, None) is None:
+            return False
+        self.reordered -= 1
+        self.left_out_of_order += 1
+        return True
+
     async def _deletes_denied(self) -> bool:
         """Whether the target denies deletes (``deny_delete``), asked once: a move publishes its new copy before it
         deletes the old one, so it must know beforehand that the delete will be allowed."""

@@ -121,6 +121,16 @@ class RetryMoves:
                 self.stale.append((f[0], place.stale))
         return out
 
+    def keep_refused(self, positions: set[int]) -> set[int]:
+        """Of ``positions`` (refused by the server), the moved rows: their old copies stand, so each is counted
+        among the rows left in place, never a dead letter or a failure while the row is stored (issue #54).
+        Every refused position keeps its old copies (:meth:`take_stale`)."""
+        self.refused |= positions
+        moved = {position for position, _ in self.stale if position in positions}
+        self.moved -= len(moved)
+        self.left_in_place += len(moved)
+        return moved
+
     def take_stale(self) -> list[int]:
         """The sequences of the copies moved rows left ahead of a missing one, to delete now that every new copy
         has its PubAck (a row the server refused keeps its old copy: never none)."""

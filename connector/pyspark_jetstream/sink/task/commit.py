@@ -73,40 +73,47 @@ def log_totals(messages: Iterable[Any], batch_id: int | None = None, target: str
     totals["shared_subjects"] = _warn_shared(samples, target)
     where = f"batch {batch_id}" if batch_id is not None else "write"
     whose = ", ".join(part for part in (query, f"to {target}" if target else None) if part)
-    log.info(
-        "JetStream sink %s committed: %d published%s, %d duplicates dropped by the server%s, %d dead-lettered, "
-        "%d expired before publishing%s%s",
-        where, totals["published"],
-        # A batch that stored some rows and dropped others reports only its count (publish/batched.py).
-        f" in {totals['batches']} fast-ingest batches (duplicates are counted only for batches that stored nothing "
-        "new: others count theirs as published)" if totals["batches"] else "", totals["duplicates"],
-        # Besides retried tasks and replays, rows no generated id tells apart (MsgIds) land here.
-        " (copies from a retried task or a replay, or rows sharing a Nats-Msg-Id)" if totals["duplicates"] else "",
-        totals["dead_lettered"], totals["expired"],
-        (f", {totals['markers_skipped']} delete markers skipped" if totals["markers_skipped"] else "")
-        + (f", {totals['already_stored']} stored by an earlier attempt (not stored again)"
-           if totals["already_stored"] else "")
-        + (f", {totals['older_in_write'] + totals['older_than_stored']} older than their key's newest (sequenceBy) "
-           f"skipped ({totals['older_than_stored']} not newer than the stored value, {totals['older_in_write']} "
-           "superseded by a newer row in the write)" if totals["older_in_write"] or totals["older_than_stored"]
-           else "")
-        + (f", {totals['reordered']} messages moved back into their subject's order after a stream leader change "
-           "or behind a row a failed attempt left missing (deleted and published again)" if totals["reordered"]
-           else "")
-        + (f", {totals['left_out_of_order']} messages stored ahead of an earlier one of their subject during a leader "
-           "change or a failed attempt that the stream would not let the sink delete (it denies deletes: allow them "
-           "to keep the order)"
-           if totals["left_out_of_order"] else "")
-        + (f", {totals['unpositioned']} rows published in the order they arrived, without the column 'seq': if "
-           "they are a copy of a JetStream read through a shuffle, each subject's order was not kept (keep the "
-           "columns 'stream' and 'seq' after `.repartition(n, \"subject\")`: docs/source.md, 'Splits: order per "
-           "subject')" if totals["unpositioned"] else "")
-        + (f", {totals['out_of_order']} rows came after a later source sequence of their subject in the same task: "
-           "the source order was broken between the read and this write (a shuffle?), and the target stores "
-           "them so (see docs/source.md, 'Splits: order per subject')" if totals["out_of_order"] else ""),
-        f" ({whose})" if whose else "",
-    )
+    whose = f" ({whose})" if whose else ""
+    log.info("JetStream sink %s committed: %s%s", where, count_line(totals), whose)
+    _warn_order(totals, where, whose)
     return totals
+
+
+def count_line(totals: dict[str, int]) -> str:
+    """A commit's counts in one short line: the four always there, then the others that are not zero.
+    What each means is in docs/sink.md, "The commit line"."""
+    parts = [f"{totals['published']} published", f"{totals['duplicates']} duplicates",
+             f"{totals['dead_lettered']} dead-lettered", f"{totals['expired']} expired"]
+    older = totals["older_in_write"] + totals["older_than_stored"]
+    for count, label in ((totals["batches"], "fast-ingest batches"), (totals["markers_skipped"], "markers skipped"),
+                         (totals["already_stored"], "stored before"), (totals["reordered"], "moved"),
+                         (totals["left_out_of_order"], "out of order"), (totals["unpositioned"], "unpositioned"),
+                         (totals["out_of_order"], "out of source order")):
+        if count:
+            parts.append(f"{count} {label}")
+    if older:
+        parts.append(f"{older} older skipped ({totals['older_than_stored']} not newer than the stored value, "
+                     f"{totals['older_in_write']} superseded)")
+    return ", ".join(parts)
+
+
+def _warn_order(totals: dict[str, int], where: str, whose: str) -> None:
+    """A WARNING per order problem a commit counted: what happened and what to do."""
+    if totals["left_out_of_order"]:
+        log.warning("JetStream sink %s%s: %d messages stay ahead of an earlier one of their subject (a leader change "
+                    "or a failed attempt stored them so, and the stream would not let the sink delete or store their "
+                    "moved copy: it denies deletes, or a limit refused the copy); see docs/guarantees.md, "
+                    "'Clustered JetStream'", where, whose, totals["left_out_of_order"])
+    if totals["unpositioned"]:
+        log.warning("JetStream sink %s%s: %d rows published in the order they arrived, without the column 'seq': if "
+                    "they are a copy of a JetStream read through a shuffle, each subject's order was not kept (keep the "
+                    "columns 'stream' and 'seq' after `.repartition(n, \"subject\")`: docs/source.md, 'Splits: order "
+                    "per subject')", where, whose, totals["unpositioned"])
+    if totals["out_of_order"]:
+        log.warning("JetStream sink %s%s: %d rows came after a later source sequence of their subject in the same "
+                    "task: the source order was broken between the read and this write (a shuffle?), and the target "
+                    "stores them so (docs/source.md, 'Splits: order per subject')", where, whose,
+                    totals["out_of_order"])
 
 
 def _warn_shared(samples: list, target: str | None) -> int:

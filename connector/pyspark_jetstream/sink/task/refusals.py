@@ -58,8 +58,11 @@ class Refusals:
         failures = runtime.run(take())
         if not failures:
             return False
-        if self.task.retry is not None:  # their stale copies stay (publish/retry_order.py)
-            self.task.retry.refused.update(f.position for f in failures if not f.dead_letter)
+        if self.task.retry is not None:  # their stale copies stay; a moved row's old copy stands for it (retry_order.py)
+            kept = self.task.retry.keep_refused({f.position for f in failures if not f.dead_letter})
+            failures = [f for f in failures if f.dead_letter or f.position not in kept]
+            if not failures:
+                return True
         dead = [f for f in failures if f.dead_letter]
         if dead:
             f = dead[0]
