@@ -34,7 +34,6 @@ import contextlib
 import dataclasses
 import json
 import secrets
-import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -43,8 +42,7 @@ from ..errors import AckTimeoutError, JetStreamConnectorError
 from ..protocol import fast_ingest as fi
 from ..protocol.frames import hpub_around_reply, pub_frame
 from ..protocol.headers import MSG_ID
-from .nats_internals import events_of, is_clustered, raw_subscribe, raw_unsubscribe
-from .outbox import Outbox
+from .transport import NatsTransport, Transport
 
 Headers = Mapping[str, str] | Iterable[tuple[str, str]] | None
 Message = tuple[str, Headers, bytes, "str | None"]
@@ -53,6 +51,7 @@ Message = tuple[str, Headers, bytes, "str | None"]
 MIN_SERVER = (2, 14, 3)
 """The first nats-server whose fast-ingest commits are right after a gap (NATS-FACTS l)."""
 CRLF = b"\r\n"
+_PING = b".%d.%s" % (fi.OP_PING, fi.SUFFIX.encode())
 
 
 class FastIngestUnavailable(JetStreamConnectorError):
@@ -64,9 +63,10 @@ class TooManyBatches(FastIngestUnavailable):
     told to give way: message ``position`` of the feed and those after it were not taken (message 1 of a
     batch goes alone), so they may go another way (the sink: a PubAck per row)."""
 
-    def __init__(self, message: str, position: int) -> None:
+    def __init__(self, message: str, position: int, stored: int = 0, duplicates: int = 0) -> None:
         super().__init__(message)
         self.position = position
+        self.stored, self.duplicates = stored, duplicates  # of this publish, before the batch that found no room
 
 
 @dataclass(frozen=True)
@@ -255,10 +255,9 @@ class FastPublisher:
 
     def __init__(self, nc: Any, *, flow: int = 500, outstanding: int = fi.OUTSTANDING, ack_timeout: float = 10.0,
                  ping_after: float = 1.0, busy_for: float = 30.0, chunk: int = 256, max_batch: int = 0,
-                 give_way: bool = False) -> None:
-        self._nc = nc
+                 give_way: bool = False, transport: Transport | None = None) -> None:
+        self._net = transport if transport is not None else NatsTransport(nc)
         self.give_way = give_way  # too many open batches: raise TooManyBatches at once instead of waiting
-        self._outbox = Outbox(nc)
         self.flow, self.outstanding, self.chunk, self.max_batch = flow, outstanding, chunk, max_batch
         self.ack_timeout, self.ping_after, self.busy_for = ack_timeout, ping_after, busy_for
         self._inbox = ""
@@ -275,22 +274,22 @@ class FastPublisher:
         self._closed: str | None = None
 
     async def start(self) -> FastPublisher:
-        events_of(self._nc).listeners.add(self)
-        self._inbox = self._nc.new_inbox()
-        self._sub = await raw_subscribe(self._nc, self._inbox + ".>", self._on_answer, self._on_answers)
+        self._net.watch(self)
+        self._inbox = self._net.new_inbox()
+        self._sub = await self._net.subscribe(self._inbox + ".>", self._on_answer, self._on_answers)
         return self
 
     async def abort(self) -> None:
         """Close after a failure: frames nats-py still holds (the connection is down) are dropped, so
         that nothing is published after the reconnect, behind the failed write's back."""
-        self._outbox.take_back()
+        self._net.take_back()
         await self.close()
 
     async def close(self) -> None:
-        events_of(self._nc).listeners.discard(self)
+        self._net.unwatch(self)
         if self._sub is not None:
             with contextlib.suppress(Exception):
-                await raw_unsubscribe(self._nc, self._sub)
+                await self._net.unsubscribe(self._sub)
             self._sub = None
 
     def on_closed(self, cause: str) -> None:
@@ -307,11 +306,11 @@ class FastPublisher:
         if where is None or where[0] != self._batch_id:
             return  # a batch that is over: its in-flight messages' 10208s, a late ack
         before = self.window
-        self.window = after = before.on_reply(fi.parse_reply(data, headers, where[1]))
+        self.window = after = before.on_reply(fi.parse_reply(data, headers, where[1], subject.endswith(_PING)))
         if after.acked > before.acked or after.every != before.every or after.stopped != before.stopped:
             # Progress, not mere words: a ping's answer repeats the last ack and must not keep a stuck
             # batch alive past ack_timeout.
-            self._last_progress = time.monotonic()
+            self._last_progress = self._net.now()
             self.progress.set()
         self._changed.set()
 
@@ -350,26 +349,26 @@ class FastPublisher:
         first_batch = self._batches
         busy_since: float | None = None
         retries = 0
-        progress_at = time.monotonic()
+        progress_at = self._net.now()
         while True:
             if done >= feed.end:
                 if feed.closed:
                     break
                 self._changed.clear()
                 await self._changed.wait()  # nothing to send and no batch open: no deadline to keep
-                progress_at = time.monotonic()
+                progress_at = self._net.now()
                 continue
             end = await self._batch(feed, done)
             final = self.window.final
             if (end.kind == fi.RESUME and isinstance(final, fi.BatchError) and final.no_responders
-                    and not is_clustered(self._nc)):
+                    and not self._net.clustered):
                 # One server: no stream captures message ``at``'s subject (no leader to wait for); it is
                 # refused, as a plain publish would be, and nothing after it was stored.
                 end = dataclasses.replace(end, kind=fi.REFUSED, refused=final.at)
             if isinstance(final, fi.BatchAck) and (final.seq == 0 or final.duplicate):
                 duplicates += end.stored  # the batch stored nothing new: all it counted were duplicates
             if end.stored or end.kind == fi.DONE:
-                progress_at = time.monotonic()
+                progress_at = self._net.now()
                 last_seq = end.stream_seq or last_seq
             if end.kind == fi.DONE:
                 done += self.window.total
@@ -385,14 +384,15 @@ class FastPublisher:
                 return FastIngestResult(done + end.stored - start, last_seq, self._batches - first_batch, resent,
                                         refusal, duplicates)
             if end.kind == fi.FATAL or (end.kind == fi.RETRY and end.error.no_responders
-                                        and not is_clustered(self._nc)):
+                                        and not self._net.clustered):
                 raise FastIngestUnavailable(f"the stream refused the batch: {end.error}")
             if self.give_way and isinstance(final, fi.BatchError) and final.too_many:
-                raise TooManyBatches(f"the stream has as many open batches as it allows: {end.error}", done)
+                raise TooManyBatches(f"the stream has as many open batches as it allows: {end.error}", done,
+                                     done - start, duplicates)
             check_resend(feed, done + end.stored, end.in_doubt)
             resent += end.in_doubt
             done += end.resume_from - 1
-            now = time.monotonic()
+            now = self._net.now()
             if end.kind == fi.RETRY:
                 busy_since, retries = busy_since or now, retries + 1
                 if now - busy_since > self.busy_for:
@@ -426,10 +426,10 @@ class FastPublisher:
         replies = fi.BatchReplies(self._inbox, self._batch_id, self.flow)
         head = replies.head.encode()
         self.window = fi.FlowWindow(feed.end - base, self.outstanding)
-        self._last_progress = pinged = time.monotonic()
+        self._last_progress = pinged = self._net.now()
         committed = eob = False
         while self.window.final is None:
-            if self._closed is not None or self._nc.is_closed:
+            if self._closed is not None or self._net.closed:
                 raise JetStreamConnectorError(f"The NATS connection was closed during a fast-ingest batch: "
                                               f"{self._closed or 'closed'}")
             window = self.window
@@ -455,7 +455,7 @@ class FastPublisher:
             self._changed.clear()
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(self._changed.wait(), self.ping_after)
-            now = time.monotonic()
+            now = self._net.now()
             window = self.window
             if window.acked > 0:
                 feed.forget_before(base + window.acked - 1)  # the last acked one names the ping's subject
@@ -491,4 +491,4 @@ class FastPublisher:
     _frames = staticmethod(batch_frames)  # a seam: a test's publisher sends its commit as an append
 
     async def _send(self, buffer: bytes) -> None:
-        await self._outbox.send(buffer)
+        await self._net.send(buffer)

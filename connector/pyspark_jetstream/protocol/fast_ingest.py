@@ -168,10 +168,12 @@ class BatchAck:
 
 @dataclass(frozen=True)
 class BatchError:
-    """An error PubAck, or a status (503 no responders) in answer to message ``at``."""
+    """An error PubAck, or a status (503 no responders) in answer to message ``at`` (``on_ping``: to a ping
+    naming it, which says nothing of whether message ``at`` itself was stored)."""
 
     at: int
     error: ApiError
+    on_ping: bool = False
 
     @property
     def unknown_batch(self) -> bool:
@@ -212,14 +214,15 @@ def _int(value: object) -> int:
     return value
 
 
-def parse_reply(data: bytes, headers: bytes | None = None, at: int = 0) -> Reply:
+def parse_reply(data: bytes, headers: bytes | None = None, at: int = 0, ping: bool = False) -> Reply:
     """What one answer of a batch says, decided on its keys (stream names are free text). ``at``: the
-    batch sequence its subject names. Anything unreadable is an error, never a silent success."""
+    batch sequence its subject names; ``ping``: the subject is a ping's. Anything unreadable is an error,
+    never a silent success."""
     if not data:
         status, description = parse_status(headers) if headers else (0, "")
         if status == 503:
             description = "no stream captures the subject, or its leader is gone (no responders)"
-        return BatchError(at, ApiError(status, None, description or f"an empty reply (status {status})"))
+        return BatchError(at, ApiError(status, None, description or f"an empty reply (status {status})"), ping)
     try:
         reply = json.loads(data)
     except ValueError:
@@ -350,7 +353,8 @@ class FlowWindow:
         if self.refusal is not None:  # the PubAck that would have settled the refusal never came
             return BatchEnd(REFUSED, self.acked, in_doubt=max(0, self.refusal.seq - 1 - self.acked),
                             refused=self.refusal.seq, error=self.refusal.error)
-        if final.unknown_batch or (final.no_responders and final.at > 1):
+        if final.unknown_batch or (final.no_responders and (final.at > 1 or final.on_ping)):
+            # A 503 to a ping says nothing of message 1: a leader that stored it may have gone since.
             return BatchEnd(RESUME, self.acked, resume_from=self.acked + 1, in_doubt=doubt, error=final.error)
         if final.too_many or final.no_responders:  # message 1, alone, was not taken: nothing is in doubt
             return BatchEnd(RETRY, self.acked, resume_from=self.acked + 1, error=final.error)

@@ -97,11 +97,11 @@ class BatchedPublisher:
     publisher, started; ``subjects``: the target stream's subjects (empty: every row is the target's)."""
 
     def __init__(self, nc: Any, acked: Any, *, subjects: Sequence[str] = (), ack_timeout: float = 30.0,
-                 target: str = "the target stream") -> None:
-        self._nc = nc
+                 target: str = "the target stream", fast: FastPublisher | None = None) -> None:
         self.target = target
         self.acked = acked
-        self._fast = FastPublisher(nc, ack_timeout=ack_timeout, give_way=True)
+        # ``fast``: one on another transport (the fault-schedule harness, tests/unit/fast_ingest_model.py).
+        self._fast = fast if fast is not None else FastPublisher(nc, ack_timeout=ack_timeout, give_way=True)
         self.per_row = False  # the stream had no room for another batch: a PubAck per row from then on
         self._target = TargetSubjects(subjects) if subjects else None
         self._job: asyncio.Task | None = None
@@ -272,6 +272,8 @@ class BatchedPublisher:
             try:
                 result = await self._fast.publish_feed(feed, start)
             except TooManyBatches as busy:
+                self._stored += busy.stored
+                self._duplicates += busy.duplicates
                 await self._fall_back(feed, busy.position, self.target)
                 return
             self._stored += result.stored
