@@ -80,7 +80,7 @@ def test_a_batch_write_stores_every_row_once_each_subject_in_order_and_again_not
     _check_every_row_once_in_order(stored)
     lines = commit_lines(1)
     # One batch per task: it stays open from the task's first slice to its last.
-    assert any(f"{ROWS} published in {PARTS} fast-ingest batches" in line for line in lines), lines
+    assert any(f"{ROWS} published, " in line and f", {PARTS} fast-ingest batches" in line for line in lines), lines
 
     write(df, nats_server, **options)  # the same write again: nothing new
     assert _read_back(nats_client, stream_name) == stored
