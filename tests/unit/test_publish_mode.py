@@ -66,6 +66,12 @@ def test_a_created_stream_allows_batches_where_the_server_has_them():
     opts = parse_sink_options({"stream": "S"})
     config = {"name": "S"}
     assert allow_batches(_nc(NEW), opts, config) and config["allow_batched"] is True
-    for nc, options in ((_nc(OLD), {"stream": "S"}), (_nc(NEW), {"stream": "S", "publish.mode": "acked"})):
+    clustered = _nc(NEW)
+    clustered._server_info = {"cluster": "c1"}
+    for nc, options in ((_nc(OLD), {"stream": "S"}), (_nc(NEW), {"stream": "S", "publish.mode": "acked"}),
+                        (clustered, {"stream": "S"})):  # a cluster: only when asked (issue #54)
         config = {"name": "S"}
         assert allow_batches(nc, parse_sink_options(options), config) is None and "allow_batched" not in config
+    config = {"name": "S"}
+    assert allow_batches(clustered, parse_sink_options({"stream": "S", "publish.mode": "batched"}), config)
+    assert config["allow_batched"] is True

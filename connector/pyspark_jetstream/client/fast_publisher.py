@@ -42,6 +42,7 @@ from ..errors import AckTimeoutError, JetStreamConnectorError
 from ..protocol import fast_ingest as fi
 from ..protocol.frames import hpub_around_reply, pub_frame
 from ..protocol.headers import MSG_ID
+from .jsapi import server_version
 from .transport import NatsTransport, Transport
 
 Headers = Mapping[str, str] | Iterable[tuple[str, str]] | None
@@ -207,21 +208,11 @@ def batch_frames(prepared: Sequence[tuple[bytes, bytes, bytes] | bytes], base: i
     return b"".join(parts)
 
 
-def _server_version(nc: Any) -> tuple[int, int, int]:
-    version = nc.connected_server_version
-    return version.major, version.minor, version.patch
-
-
-def server_version(nc: Any) -> tuple[int, int, int]:
-    """The connected server's version (major, minor, patch)."""
-    return _server_version(nc)
-
-
 async def check_stream(nc: Any, stream: str, *, api_prefix: str = "$JS.API", timeout: float = 5.0) -> dict:
     """The stream's config, once it is known to take fast-ingest batches: ``allow_batched`` set, not a
     mirror, a server of 2.14.3 or later. Raises :class:`FastIngestUnavailable` otherwise, before a
     message is sent (the server would refuse message 1 with 10205, the check the publisher keeps)."""
-    version = _server_version(nc)
+    version = server_version(nc) or (0, 0, 0)
     if version < MIN_SERVER:
         raise FastIngestUnavailable(f"nats-server {'.'.join(map(str, version))} cannot take fast-ingest batches "
                                     f"(2.14.3 or later)")

@@ -174,9 +174,12 @@ class EmbeddedNatsServer:
         if proc.stderr is not None:
             proc.stderr.close()
 
-    def restart(self, *, kill: bool = False) -> EmbeddedNatsServer:
-        """Stop and start again on the same port and store."""
+    def restart(self, *, kill: bool = False, binary: str | None = None) -> EmbeddedNatsServer:
+        """Stop and start again on the same port and store (``binary``: another nats-server's, as a rolling
+        upgrade or downgrade swaps it)."""
         self.stop(kill=kill)
+        if binary is not None:
+            self._binary = binary
         return self.start()
 
     def close(self) -> None:

@@ -21,7 +21,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ...client.fast_publisher import MIN_SERVER, server_version
+from ...client.fast_publisher import MIN_SERVER
+from ...client.jsapi import server_version
+from ...client.nats_internals import is_clustered
 from ...errors import OptionError
 from ...logs import get_logger
 from ...protocol import kv
@@ -59,7 +61,8 @@ def blocker(version: tuple[int, int, int], target: str | None, config: dict[str,
         return f"stream '{target}' is a mirror of '{(config['mirror'] or {}).get('name')}', which cannot take batches"
     if config.get("allow_batched") is not True:
         return (f"stream '{target}' does not allow fast-ingest batches (its setting allow_batched is false; "
-                "a stream the sink creates with ensureStream='create' has it)")
+                "a stream the sink creates with ensureStream='create' has it on a single server, and in a cluster with "
+                "publish.mode='batched')")
     if sequence_by is not None:
         return ("option 'sequenceBy' publishes each key under compare-and-set, where every refusal would end a "
                 "batch")
@@ -72,7 +75,7 @@ def decide(nc: Any, opts: Any, config: dict[str, Any] | None) -> PublishMode:
     target = kv.stream_name(opts.bucket) if opts.bucket is not None else opts.stream
     if opts.publish_mode == "acked":
         return PublishMode(reason="option 'publish.mode' is 'acked'")
-    reason = blocker(server_version(nc), target, config, opts.sequence_by)
+    reason = blocker(server_version(nc) or (0, 0, 0), target, config, opts.sequence_by)
     if reason is None:
         subjects = tuple((config or {}).get("subjects") or ())
         return PublishMode(batched=True, target=target, subjects=subjects)
@@ -87,8 +90,17 @@ def decide(nc: Any, opts: Any, config: dict[str, Any] | None) -> PublishMode:
 
 def allow_batches(nc: Any, opts: Any, config: dict[str, Any]) -> str | None:
     """``ensureStream=create`` / ``ensureBucket=create``: set ``allow_batched`` in the new ``config`` when
-    the server has fast-ingest batches and the write may use them; the change to log, or None."""
-    if opts.publish_mode == "acked" or config.get("mirror") or server_version(nc) < MIN_SERVER:
+    the server has fast-ingest batches and the write may use them; the change to log, or None.
+
+    In a cluster only when asked (``publish.mode=batched``): a stream with ``allow_batched`` requires API level
+    4 (``_nats.req.level``), and the sink sees the version of the server it is connected to only. Measured on
+    two 2.15.1 nodes and one 2.12.8 (a rolling upgrade): with a 2.15.1 meta leader the R3 stream was created
+    and its 2.12.8 replica never became current (one replica short until that node is upgraded, turning
+    ``allow_batched`` off again did not bring it back); with the 2.12.8 meta leader the create failed (10025,
+    unknown field). docs/architecture.md, "allow_batched on streams the sink creates"."""
+    if opts.publish_mode == "acked" or config.get("mirror") or (server_version(nc) or (0, 0, 0)) < MIN_SERVER:
+        return None
+    if opts.publish_mode == "auto" and is_clustered(nc):
         return None
     config["allow_batched"] = True
     return "AllowBatched enabled (fast-ingest batches)"
