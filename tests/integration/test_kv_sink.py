@@ -8,7 +8,7 @@ import datetime as dt
 import pytest
 from pyspark.errors import PySparkException
 
-from ..helpers import history, jetstream_writer, kv_keys, kv_of, latest, wait_until
+from ..helpers import SyncNats, history, jetstream_writer, kv_keys, kv_of, latest, wait_until
 
 SCHEMA = "key string, data string, operation string, ttl string"
 
@@ -87,15 +87,31 @@ def test_an_expired_key_leaves_a_limit_marker_read_as_a_purge(spark, nats_server
     assert read_bucket(spark, nats_server, bucket) == [("stay", "PUT", b"s", None), ("k", "PURGE", b"", "MaxAge")]
 
 
+@pytest.fixture(params=["R1", "R3"])
+def where(request, nats_server, nats_client):
+    """(server, client, replicas): one server, or the 3-node cluster with R3 buckets (issue #54: every create
+    and compare-and-set test on both)."""
+    if request.param == "R1":
+        yield nats_server, nats_client, 1
+        return
+    cluster = request.getfixturevalue("nats_cluster")
+    client = SyncNats(cluster.url)
+    try:
+        yield cluster, client, 3
+    finally:
+        client.close()
+
+
 @pytest.mark.parametrize("mode", ["acked", "batched"])
-def test_compare_and_set_rows_are_refused_when_stale_and_dead_lettered_when_asked(spark, nats_server, nats_client,
-                                                                                   stream_name, mode):
+def test_compare_and_set_rows_are_refused_when_stale_and_dead_lettered_when_asked(spark, where, stream_name, mode):
     """In fast-ingest batches too (issue #48): Expected-* headers are checked per message in a batch, and
     a refusal ends its batch; the rows after it go in the next."""
+    nats_server, nats_client, replicas = where
     bucket = stream_name
     schema = "key string, data string, expected_revision long"
-    mode_option = {"publish.mode": mode}  # ensureBucket=create sets allow_batched unless acked
-    kv_write(spark, nats_server, bucket, [("k", "v1", 0)], schema, ensureBucket="create", **mode_option)  # rev 1
+    mode_option = {"publish.mode": mode}  # ensureBucket=create sets allow_batched when batched is asked
+    kv_write(spark, nats_server, bucket, [("k", "v1", 0)], schema, ensureBucket="create",
+             **{"bucket.replicas": str(replicas)}, **mode_option)  # rev 1
     assert bool(nats_client.stream_config(f"KV_{bucket}").get("allow_batched")) == (mode == "batched")
     with pytest.raises(PySparkException) as info:
         kv_write(spark, nats_server, bucket, [("k", "again", 0)], schema, **mode_option)
@@ -288,17 +304,18 @@ def _create_history(client, bucket: str) -> list[tuple]:
 
 @pytest.mark.parametrize("mode", ["acked", "batched"])
 @pytest.mark.parametrize("dead_letters", [False, True], ids=["fail", "dead-letter"])
-def test_a_create_after_a_delete_or_purge_succeeds_as_nats_py_kv_create_does(spark, nats_server, nats_client,
-                                                                            stream_name, dead_letters, mode):
+def test_a_create_after_a_delete_or_purge_succeeds_as_nats_py_kv_create_does(spark, where, stream_name, dead_letters,
+                                                                            mode):
     """Issue #23: expected_revision 0 is nats-py's kv.create. Refused with 10071 on a key whose last entry
     is a DEL or PURGE tombstone, it is put again expecting the tombstone's revision, as nats-py does; on a
     live key the refusal stands. nats-py's kv.create on a twin bucket is the judge, message by message.
     The same in fast-ingest batches (issue #48): a refusal ends its batch, the put again goes in another."""
     import nats.js.errors
 
+    nats_server, nats_client, replicas = where
     ours, judge = stream_name, stream_name + "J"
     for bucket in (ours, judge):
-        kv = nats_client.run(nats_client.js.create_key_value(bucket=bucket, history=5))
+        kv = nats_client.run(nats_client.js.create_key_value(bucket=bucket, history=5, replicas=replicas))
         for key in ("deleted", "purged", "live"):
             nats_client.run(kv.put(key, b"v0"))
         nats_client.run(kv.delete("deleted"))
