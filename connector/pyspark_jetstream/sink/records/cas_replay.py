@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import time
 import uuid
 from typing import Any
 
@@ -57,25 +58,32 @@ def same_row(stored_id: str | None, msg_id: str) -> bool:
 
 
 async def stored_already(nc: Any, stream: str, rows: list[tuple[str, str, int]], prefix: str = jsapi.API_PREFIX,
-                         timeout: float = 10.0) -> list[bool]:
+                         timeout: float = 10.0, deadline: float | None = None) -> list[bool]:
     """For each (subject, msg id, expected revision) of a refused compare-and-set row: whether ``stream``
-    shows that id stored on that subject (in the order of ``rows``)."""
+    shows that id stored on that subject (in the order of ``rows``). Each look-up is asked again while the
+    stream has no leader (408, 503) until ``deadline`` (a :func:`time.monotonic` instant; default: 30 s)."""
     never = f"sparkjs-none-{uuid.uuid4().hex}"  # no message carries it: the probe never stores
     gate = asyncio.Semaphore(WINDOW)
-    info = await jsapi.stream_info(nc, stream, prefix)
+    deadline = deadline if deadline is not None else time.monotonic() + 30.0
+
+    def again(call):  # a look-up asked again through an election (jsapi.retrying)
+        return jsapi.retrying(lambda t: call(t), deadline, timeout)
+
+    info = await again(lambda t: jsapi.stream_info(nc, stream, prefix, t))
     config = (info or {}).get("config", {})
     history = int(config.get("max_msgs_per_subject") or -1)  # -1: unlimited
     probe = int(config.get("num_replicas") or 1) == 1  # never on a replicated stream (module docstring, 2.)
 
     async def one(subject: str, msg_id: str, expected: int) -> bool:
         async with gate:
-            last = await jsapi.last_message_of_subject(nc, stream, subject, prefix)  # None: the key holds nothing
+            last = await again(lambda t: jsapi.last_message_of_subject(nc, stream, subject, prefix, t))  # None: nothing
             if last is not None and same_row(kv.msg_id_of(last[1]), msg_id):
                 return True
             if probe and await in_duplicate_window(nc, subject, base_id(msg_id), never, timeout):  # replaced since
                 return True
             return (last is not None and history != 1
-                    and await among_older(nc, stream, subject, msg_id, expected + 1, last[0], prefix))
+                    and await again(lambda t: among_older(nc, stream, subject, msg_id, expected + 1, last[0], prefix,
+                                                          t)))
 
     return list(await asyncio.gather(*(one(*row) for row in rows)))
 
@@ -98,14 +106,14 @@ async def in_duplicate_window(nc: Any, subject: str, msg_id: str, never: str, ti
 
 
 async def among_older(nc: Any, stream: str, subject: str, msg_id: str, first: int, last: int,
-                      prefix: str = jsapi.API_PREFIX) -> bool:
+                      prefix: str = jsapi.API_PREFIX, timeout: float = 10.0) -> bool:
     """Whether a message of ``subject`` from sequence ``first`` to before ``last`` carries ``msg_id``: the
     key's history after the revision the row expected (where it would be had it been stored), oldest
     first, one ``STREAM.MSG.GET`` (``next_by_subj``) per message (a bucket keeps at most 64 per key)."""
     seq = max(first, 1)
     while seq < last:
         reply = await jsapi.request_unless(jsapi.ERR_NO_MESSAGE_FOUND, nc, f"STREAM.MSG.GET.{stream}",
-                                           {"seq": seq, "next_by_subj": subject}, prefix=prefix)
+                                           {"seq": seq, "next_by_subj": subject}, timeout, prefix)
         if reply is None:
             return False
         message = reply["message"]

@@ -132,7 +132,7 @@ class Refusals:
 
         async def look() -> list[bool]:
             nc = await runtime.connection(self.opts.connection)
-            return await stored_already(nc, stream, rows, prefix)
+            return await stored_already(nc, stream, rows, prefix, deadline=time.monotonic() + self.opts.ack_timeout)
 
         stored = {f.position for f, found in zip(candidates, runtime.run(look()), strict=True) if found}
         if not stored:
