@@ -34,12 +34,12 @@ async def _one(ordered: bool, frames: int) -> tuple[float, float]:
     pub = Publisher(_FakeClusteredConnection(), max_pending=WINDOW, ack_timeout=30, idempotent=True,
                     ordered_stream="S" if ordered else None)
     pub.reply_prefix = "_INBOX.bench."
-    pub._prefix_len = len(pub.reply_prefix)
+    pub.window.prefix_len = len(pub.reply_prefix)
 
     async def send(buffer: bytes) -> None:  # nothing leaves: the PubAcks are made below
         return None
 
-    pub._send = send
+    pub.send = send
     seq = position = 0
     acks = 0.0
     started = time.perf_counter()
@@ -56,7 +56,7 @@ async def _one(ordered: bool, frames: int) -> tuple[float, float]:
             pub.acks.on_frames(replies[i:i + RUN])
         acks += time.perf_counter() - t
         position += n
-    assert pub.stored == frames and not pub._inflight, (pub.stored, len(pub._inflight))
+    assert pub.stored == frames and not pub.window.inflight, (pub.stored, len(pub.window.inflight))
     return time.perf_counter() - started, acks
 
 

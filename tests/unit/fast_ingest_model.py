@@ -27,6 +27,7 @@ from typing import Any
 from pyspark_jetstream.client.transport import Transport
 from pyspark_jetstream.protocol import fast_ingest as fi
 from pyspark_jetstream.sink.encode.frames import ReplyForm
+from pyspark_jetstream.sink.publish.row_publisher import RowPublisher
 
 
 class Hang(RuntimeError):
@@ -268,18 +269,35 @@ class ModelServer(Transport):
             self._handler(reply.encode(), b"", data, headers)
 
 
-class RecordingRows:
+class RecordingRows(RowPublisher):
     """The per-row publisher a :class:`~pyspark_jetstream.sink.publish.batched.BatchedPublisher` falls back on
     (and sends dead letters through), on the model: each frame stored as a plain publish with its PubAck."""
 
     def __init__(self, model: ModelServer) -> None:
         self.model = model
         self.reply_prefix = "_INBOX.rows."
-        self.reply_form = ReplyForm(self.reply_prefix)
         self.low_water = 8
-        self.stored = self.duplicates = self.dead_lettered = self.reordered = 0
-        self.left_out_of_order = self.moves_finished = self.restored = 0
-        self.failures: list = []
+        self.counts = {"stored": 0, "duplicates": 0}
+        self._failures: list = []
+
+    reply_form = property(lambda self: ReplyForm(self.reply_prefix))
+    stored = property(lambda self: self.counts["stored"])
+    duplicates = property(lambda self: self.counts["duplicates"])
+    dead_lettered = reordered = left_out_of_order = moves_finished = restored = batches = property(lambda self: 0)
+
+    @property
+    def failures(self) -> list:
+        return self._failures
+
+    @failures.setter
+    def failures(self, value: list) -> None:
+        self._failures = list(value)
+
+    def moved_copy(self, sent: tuple) -> tuple:
+        raise AssertionError("a batched write moves nothing")
+
+    async def delete_stored(self, seqs: list[int]) -> int:
+        raise AssertionError("a batched write deletes nothing")
 
     async def publish(self, frames: list[tuple], *, dead_letter: bool = False) -> None:
         from pyspark_jetstream.sink.publish.acks import AckFailure
@@ -289,11 +307,9 @@ class RecordingRows:
             await self.model.send(sent[1])
             outcome, value = self.model.row_answer
             if outcome == "refused":
-                self.failures.append(AckFailure(sent[0], sent, 400, value, "per-message TTL is disabled", dead_letter))
-            elif outcome == "duplicate":
-                self.duplicates += 1
+                self._failures.append(AckFailure(sent[0], sent, 400, value, "per-message TTL is disabled", dead_letter))
             else:
-                self.stored += 1
+                self.counts["duplicates" if outcome == "duplicate" else "stored"] += 1
 
     async def drain(self) -> None:
         return None

@@ -69,9 +69,9 @@ def test_a_publisher_fails_only_the_frames_of_the_refused_subject():
     pub = Publisher(NoServer(), max_pending=8, ack_timeout=5.0)
     pub.reply_prefix = "_INBOX.abc."
     for position, subject in enumerate(["orders.x", "Orders.x", "orders.x", "ORDERS.x"]):
-        pub._inflight[str(position)] = (position, b"frame", subject, None, None, 0, 0)
+        pub.window.inflight[str(position)] = (position, b"frame", subject, None, None, 0, 0)
     pub.on_permission_error(PermissionViolation('Permissions Violation for Publish to "Orders.x"', exact=True))
     assert [(f.position, f.code) for f in pub.failures] == [(1, 403)]
-    assert sorted(pub._inflight) == ["0", "2", "3"]
+    assert sorted(pub.window.inflight) == ["0", "2", "3"]
     pub.on_permission_error(PermissionViolation('Permissions Violation for Subscription to "_INBOX.abc.*"', exact=True))
     assert sorted(f.position for f in pub.failures) == [0, 1, 2, 3]  # no PubAck can come for any of them

@@ -28,7 +28,7 @@ class NoServer:
 
 def publisher(max_pending: int) -> Publisher:
     pub = Publisher(NoServer(), max_pending=max_pending, ack_timeout=5.0)
-    pub.reply_prefix, pub._prefix_len = PREFIX, len(PREFIX)
+    pub.reply_prefix, pub.window.prefix_len = PREFIX, len(PREFIX)
     return pub
 
 
@@ -46,9 +46,9 @@ def reply(rng: random.Random, token: str, plain: float = 0.7) -> tuple:
 
 
 def state(pub: Publisher) -> tuple:
-    return (pub.stored, pub.duplicates, pub.dead_lettered, sorted(pub._inflight), pub._room.is_set(),
-            pub._done.is_set(), [(f.position, f.code, f.err_code, f.description, f.dead_letter) for f in pub.failures],
-            pub._send_error)
+    return (pub.stored, pub.duplicates, pub.dead_lettered, sorted(pub.window.inflight), pub.window.room.is_set(),
+            pub.window.done.is_set(), [(f.position, f.code, f.err_code, f.description, f.dead_letter) for f in pub.failures],
+            pub.window.send_error)
 
 
 @pytest.mark.parametrize("seed", range(40))
@@ -59,9 +59,9 @@ def test_a_run_of_pubacks_settles_as_one_frame_at_a_time_does(seed):
     tokens = [str(i) for i in range(window)] + [f"{DEAD_LETTER_TAG}{i}" for i in range(window // 2)]
     for pub in (one, run):
         for token in tokens:
-            pub._inflight[token] = (int(token.lstrip(DEAD_LETTER_TAG)), b"frame", "S.x", None, None, 0, 0)
-        pub._room.clear()
-        pub._done.clear()
+            pub.window.inflight[token] = (int(token.lstrip(DEAD_LETTER_TAG)), b"frame", "S.x", None, None, 0, 0)
+        pub.window.room.clear()
+        pub.window.done.clear()
     for _ in range(4):
         frames = [reply(rng, rng.choice(tokens + ["999999"])) for _ in range(rng.randrange(0, window + 3))]
         for subject, _reply, data, headers in frames:  # the per-ack path, one frame at a time
@@ -82,10 +82,10 @@ def test_a_run_of_plain_acks_settles_in_one_pass_as_one_frame_at_a_time_does(see
     tokens = [str(i) for i in range(window)] + [f"{DEAD_LETTER_TAG}{i}" for i in range(2)]
     for pub in (one, run):
         for token in tokens:
-            pub._inflight[token] = (int(token.lstrip(DEAD_LETTER_TAG)), b"frame", "S.x", None, None, 0, 0)
-        pub._first_503.update({str(i): 1.0 for i in range(0, window, 3)})
-        pub._room.clear()
-        pub._done.clear()
+            pub.window.inflight[token] = (int(token.lstrip(DEAD_LETTER_TAG)), b"frame", "S.x", None, None, 0, 0)
+        pub.window.first_503.update({str(i): 1.0 for i in range(0, window, 3)})
+        pub.window.room.clear()
+        pub.window.done.clear()
     rows = tokens[:-2]
     for _ in range(6):
         size = rng.randrange(1, window // 2 + 2)
@@ -96,7 +96,7 @@ def test_a_run_of_plain_acks_settles_in_one_pass_as_one_frame_at_a_time_does(see
         for subject, _reply, data, headers in frames:
             one.acks.on_ack(subject[len(PREFIX):].decode(), data, headers)
         run.acks.on_frames(frames)
-        assert state(run) == state(one) and run._first_503 == one._first_503
+        assert state(run) == state(one) and run.window.first_503 == one.window.first_503
     assert run.stored > 0
 
 
@@ -174,7 +174,7 @@ def test_a_publisher_settles_acks_of_streams_named_error_or_duplicate_as_stored(
     pub = publisher(64)
     tokens = [str(i) for i in range(len(acks))] + [f"{DEAD_LETTER_TAG}{i}" for i in range(len(dead))]
     for token in tokens:
-        pub._inflight[token] = (int(token.lstrip(DEAD_LETTER_TAG)), b"frame", "S.x", None, None, 0, 0)
+        pub.window.inflight[token] = (int(token.lstrip(DEAD_LETTER_TAG)), b"frame", "S.x", None, None, 0, 0)
     frames = [((PREFIX + t).encode(), b"", data, None) for t, data in zip(tokens, acks + dead, strict=True)]
     if fast:
         pub.acks.on_frames(frames)
@@ -185,7 +185,7 @@ def test_a_publisher_settles_acks_of_streams_named_error_or_duplicate_as_stored(
     assert [(f.position, f.code, f.err_code, f.dead_letter) for f in pub.failures] == [
         (len(PLAIN_ACKS) + len(DUPLICATE_ACKS) + k, c, e, False) for k, (_, c, e, _d) in enumerate(ERROR_ACKS[:3])
     ] + [(2, 400, 10060, True)]
-    assert pub._inflight == {} and pub._done.is_set()
+    assert pub.window.inflight == {} and pub.window.done.is_set()
 
 
 IN_PROCESS = json.dumps({"error": {"code": 409, "err_code": 10158,
@@ -215,17 +215,17 @@ def test_a_copy_whose_id_is_still_in_process_is_sent_again_not_failed(monkeypatc
         async def capture(buffer: bytes) -> None:
             sent.append(buffer)
 
-        pub._send = capture
-        pub._inflight["1"] = (1, b"frame-1", "S.x", None, "id-1", 0, 0)
+        pub.send = capture
+        pub.window.inflight["1"] = (1, b"frame-1", "S.x", None, "id-1", 0, 0)
         pub.acks.on_frames([((PREFIX + "1").encode(), b"", IN_PROCESS, None)])
-        assert not pub.failures and "1" in pub._inflight
+        assert not pub.failures and "1" in pub.window.inflight
         for _ in range(200):
             if sent:
                 break
             await asyncio.sleep(0.01)
         assert sent == [b"frame-1"]  # the same frame, the same id
         pub.acks.on_frames([((PREFIX + "1").encode(), b"", b'{"stream":"S","seq":5,"duplicate":true}', None)])
-        assert (pub.duplicates, pub.failures, pub._inflight) == (1, [], {})
+        assert (pub.duplicates, pub.failures, pub.window.inflight) == (1, [], {})
 
     asyncio.run(go())
 
@@ -239,11 +239,11 @@ def test_an_ordered_publisher_repairs_in_order_a_copy_whose_id_is_still_in_proce
 
     async def go():
         pub = Publisher(Clustered(), max_pending=4, ack_timeout=5.0, idempotent=True, ordered_stream="S")
-        pub.reply_prefix, pub._prefix_len = PREFIX, len(PREFIX)
-        pub.recovery.book.note_sends([(1, b"frame-1", "S.x", None, "id-1", 0, 0)], pub._inflight)
+        pub.reply_prefix, pub.window.prefix_len = PREFIX, len(PREFIX)
+        pub.recovery.book.note_sends([(1, b"frame-1", "S.x", None, "id-1", 0, 0)], pub.window.inflight)
         pub.acks.on_frames([((PREFIX + "1").encode(), b"", IN_PROCESS, None)])
         try:
-            assert not pub.failures and "1" in pub._inflight and "1" in pub.recovery.book.pending
+            assert not pub.failures and "1" in pub.window.inflight and "1" in pub.recovery.book.pending
             assert not pub.recovery.calm()  # a recovery runs
         finally:
             pub.recovery._task.cancel()

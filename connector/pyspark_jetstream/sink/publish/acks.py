@@ -98,7 +98,7 @@ class AckTracker:
         gives the highest sequence (PubAcks come in send order); the floors are pruned once per run.
         Anything else takes :meth:`.recovery.OrderedRecovery.on_ordered_ack`."""
         pub = self._pub
-        inflight, first_503, cut = pub._inflight, pub._first_503, pub._prefix_len
+        inflight, first_503, cut = pub.window.inflight, pub.window.first_503, pub.window.prefix_len
         on_ack = self.on_ack
         stored = 0
         recovery = pub.recovery
@@ -136,10 +136,10 @@ class AckTracker:
                     continue
                 on_ack(token, data, headers)
         except Exception as exc:
-            if pub._send_error is None:
-                pub._send_error = exc
-            pub._room.set()
-            pub._done.set()
+            if pub.window.send_error is None:
+                pub.window.send_error = exc
+            pub.window.room.set()
+            pub.window.done.set()
         finally:
             if last_in_order is not None:
                 found = ACK_SEQ.search(last_in_order)
@@ -149,33 +149,33 @@ class AckTracker:
                     book.forget_settled()
             if stored:
                 self.stored += stored
-                pub._last_progress = time.monotonic()
+                pub.window.last_progress = time.monotonic()
                 left = len(inflight)
                 if left <= pub.low_water:
-                    pub._room.set()
+                    pub.window.room.set()
                 if left == 0:
-                    pub._done.set()
+                    pub.window.done.set()
 
     def on_ack(self, token: str, data: bytes, headers: bytes | None) -> None:
         """One reply read in full: settled, counted, scheduled for a resend (a 503 in a cluster) or failed."""
         pub = self._pub
-        retryable = token in pub._inflight and (
-            (not data and pub._retry_503 and status_of(headers) == 503)
+        retryable = token in pub.window.inflight and (
+            (not data and pub.window.retry_503 and status_of(headers) == 503)
             or (data and id_in_process(data)))  # its id's earlier copy is still proposed: ask again later
-        if retryable and pub._schedule_retry(token):
+        if retryable and pub.schedule_retry(token):
             return
-        sent = pub._inflight.pop(token, None)
+        sent = pub.window.inflight.pop(token, None)
         if sent is None:
             return  # a late or repeated reply for a frame already settled
-        pub._first_503.pop(token, None)
+        pub.window.first_503.pop(token, None)
         dead_letter = token.startswith(DEAD_LETTER_TAG)
         if not data:
             status = status_of(headers)
             description = (
                 "no stream captures this subject (no responders)" if status == 503 else f"status {status}"
             )
-            if status == 503 and pub._retry_503:
-                description = f"no stream leader answered for {pub._ack_timeout:g}s (no responders)"
+            if status == 503 and pub.window.retry_503:
+                description = f"no stream leader answered for {pub.window.ack_timeout:g}s (no responders)"
             self._fail(token, sent, status, None, description, dead_letter)
         else:
             ack = parse_puback(data)  # decided on its keys: stream and domain names are free text
@@ -187,7 +187,7 @@ class AckTracker:
                 self.duplicates += 1
             else:
                 self.stored += 1
-        pub._eased()
+        pub.window.eased()
 
     def on_permission_error(self, violation) -> None:
         """The server refused a publish (async -ERR, no PubAck will come): fail the frames it names
@@ -195,14 +195,14 @@ class AckTracker:
         case-sensitive, ``Orders.x`` is not ``orders.x``)."""
         pub = self._pub
         inbox_refused = violation.names(f"{pub.reply_prefix}*")  # no PubAck could ever arrive
-        for token, sent in list(pub._inflight.items()):
+        for token, sent in list(pub.window.inflight.items()):
             if inbox_refused or violation.names(sent[2]):
-                del pub._inflight[token]
+                del pub.window.inflight[token]
                 self._fail(token, sent, 403, None, violation.text, token.startswith(DEAD_LETTER_TAG))
-        pub._eased()
+        pub.window.eased()
 
     def _fail(self, token: str, sent: tuple, code: int, err_code, description: str, dead_letter: bool) -> None:
-        self._pub._first_503.pop(token, None)
+        self._pub.window.first_503.pop(token, None)
         if not dead_letter and self._pub.mover.keep_refused(token):
             return  # a moved copy refused: the row's old copy stands (moves.py)
         position = int(token[1:] if dead_letter else token)

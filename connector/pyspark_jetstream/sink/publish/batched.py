@@ -39,6 +39,7 @@ from ...protocol import fast_ingest as fi
 from ...protocol.subjects import subject_matches
 from ..encode.frames import ReplyForm
 from .acks import AckFailure
+from .row_publisher import RowPublisher
 
 CACHE = 4096
 """Subjects whose place (in the target stream or not) is remembered per task."""
@@ -92,7 +93,7 @@ class TargetSubjects:
         return known
 
 
-class BatchedPublisher:
+class BatchedPublisher(RowPublisher):
     """Publishes a task's slices in fast-ingest batches (module docstring). ``acked``: the per-row
     publisher, started; ``subjects``: the target stream's subjects (empty: every row is the target's)."""
 
@@ -113,7 +114,7 @@ class BatchedPublisher:
         self._failures: list[AckFailure] = []
         self._stored = 0  # rows the batches stored (duplicates the server dropped included)
         self._duplicates = 0  # of which known to be duplicates (FastIngestResult.duplicates)
-        self.batches = 0
+        self._batches = 0
         self.resent = 0
 
     async def start(self) -> BatchedPublisher:
@@ -165,6 +166,16 @@ class BatchedPublisher:
     @property
     def restored(self) -> int:
         return self.acked.restored
+
+    @property
+    def batches(self) -> int:
+        return self._batches
+
+    def moved_copy(self, sent: tuple) -> tuple:
+        return self.acked.moved_copy(sent)  # a retry that moves rows publishes with a PubAck per row
+
+    async def delete_stored(self, seqs: list[int]) -> int:
+        return await self.acked.delete_stored(seqs)
 
     @property
     def failures(self) -> list[AckFailure]:
@@ -278,7 +289,7 @@ class BatchedPublisher:
                 return
             self._stored += result.stored
             self._duplicates += result.duplicates
-            self.batches += result.batches
+            self._batches += result.batches
             self.resent += result.resent
             refused = result.refused
             if refused is None:

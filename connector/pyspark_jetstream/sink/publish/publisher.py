@@ -52,6 +52,8 @@ from ..encode.frames import ReplyForm
 from .acks import DEAD_LETTER_TAG, AckTracker
 from .moves import Mover
 from .recovery import OrderedRecovery
+from .row_publisher import RowPublisher
+from .window import Window
 
 RETRY_503_INTERVAL = 0.25
 """Seconds between resends of frames answered by 503 in a cluster (nats.go's publish retry wait)."""
@@ -60,7 +62,7 @@ RESEND_AFTER_SILENCE = 2.0
 """Seconds without any PubAck after which a clustered, idempotent publisher resends what is in flight."""
 
 
-class Publisher:
+class Publisher(RowPublisher):
     """Publishes a task's frames through a window of unacknowledged ones (module docstring)."""
 
     def __init__(self, nc, *, max_pending: int, ack_timeout: float, idempotent: bool = False,
@@ -68,34 +70,21 @@ class Publisher:
                  move_base: int = 0, after_retry: bool = False, replayed: bool = False) -> None:
         self._nc = nc
         self._idempotent = idempotent
-        # 503 means "between leaders" only where there are leaders to elect.
         from ...client.nats_internals import is_clustered
 
-        self._retry_503 = is_clustered(nc)
+        self.window = Window(max_pending, ack_timeout, is_clustered(nc))
+        self.low_water = self.window.low_water
         self.acks = AckTracker(self)
         # Ordered recovery (recovery's docstring): every frame to one stream, ids to resend safely, a cluster; or
         # a retried attempt without replay records, on any server (recovery.OrderBook.stored_behind).
-        ordered = ordered_stream is not None and idempotent and (self._retry_503 or after_retry)
+        ordered = ordered_stream is not None and idempotent and (self.window.retry_503 or after_retry)
         self.recovery = OrderedRecovery(self, ordered_stream, api_prefix, ordered, after_retry, replayed)
         self.mover = Mover(nc, ordered_stream, api_prefix, bucket, ack_timeout, move_base)
-        self._first_503: dict[str, float] = {}
         self._retry_due: set[str] = set()
         self._retry_task: asyncio.Task | None = None
-        self._tasks: set[asyncio.Task] = set()  # background resends (see _track)
-        self._send_error: BaseException | None = None
+        self._tasks: set[asyncio.Task] = set()  # background resends (see track)
         self._last_resend = 0.0
         self.resent = 0
-        self._max_pending = max_pending
-        # Refill at half the window (like ADR-37's threshold); 0 for a window of 1. The task encodes
-        # in slices of this size.
-        self.low_water = max_pending // 2
-        self._ack_timeout = ack_timeout
-        self._inflight: dict[str, tuple] = {}  # reply token -> what was sent (OutFrame layout)
-        self._room = asyncio.Event()
-        self._room.set()
-        self._done = asyncio.Event()
-        self._done.set()
-        self._last_progress = time.monotonic()
         self._sub = None
         self.reply_prefix = ""
         self._closed: str | None = None  # why the connection closed for good, once it has
@@ -107,7 +96,7 @@ class Publisher:
         events_of(self._nc).listeners.add(self)
         inbox = self._nc.new_inbox()
         self.reply_prefix = inbox + "."
-        self._prefix_len = len(self.reply_prefix)
+        self.window.prefix_len = len(self.reply_prefix)
         # PubAcks arrive as raw frames, straight from nats-py's parser: no Msg, queue or task per ack.
         self._sub = await raw_subscribe(self._nc, inbox + ".*", self.acks.on_frame, self.acks.on_frames)
         return self
@@ -123,6 +112,7 @@ class Publisher:
     moves_finished = property(lambda self: self.mover.moves_finished)
     found_after_loss = property(lambda self: self.recovery.found_after_loss)
     restored = property(lambda self: self.recovery.restored)
+    batches = property(lambda self: 0)  # a PubAck per row
 
     def moved_copy(self, sent: tuple) -> tuple:
         """``sent`` (OutFrame layout) under this attempt's own moved id (``:o<move_base>``): a retried attempt
@@ -138,32 +128,23 @@ class Publisher:
         """The server refused a publish (async -ERR): :meth:`.acks.AckTracker.on_permission_error`."""
         self.acks.on_permission_error(violation)
 
-    def _eased(self) -> None:
-        """Frames left the window: progress; room once it is down to ``low_water``; done once it is empty."""
-        self._last_progress = time.monotonic()
-        left = len(self._inflight)
-        if left <= self.low_water:
-            self._room.set()
-        if left == 0:
-            self._done.set()
-
-    def _schedule_retry(self, token: str) -> bool:
+    def schedule_retry(self, token: str) -> bool:
         """Queue ``token`` for a resend unless its 503s have lasted ``ackTimeout``."""
         now = time.monotonic()
-        first = self._first_503.setdefault(token, now)
-        if now - first >= self._ack_timeout:
+        first = self.window.first_503.setdefault(token, now)
+        if now - first >= self.window.ack_timeout:
             return False
         self._retry_due.add(token)
         if self._retry_task is None or self._retry_task.done():
-            self._retry_task = self._track(self._resend_later())
+            self._retry_task = self.track(self._resend_later())
         return True
 
     async def _resend_later(self) -> None:
         await asyncio.sleep(RETRY_503_INTERVAL)
         due, self._retry_due = self._retry_due, set()
-        await self._resend([token for token in due if token in self._inflight])
+        await self._resend([token for token in due if token in self.window.inflight])
 
-    async def _send(self, buffer: bytes) -> None:
+    async def send(self, buffer: bytes) -> None:
         """Hand ``buffer`` to the connection, remembering it until nats-py has written it (see :meth:`abort`)."""
         await self._outbox.send(buffer)
 
@@ -171,66 +152,66 @@ class Publisher:
         if not tokens or self._nc.is_closed:
             return
         self.resent += len(tokens)
-        await self._send(b"".join(self._inflight[token][1] for token in tokens))
+        await self.send(b"".join(self.window.inflight[token][1] for token in tokens))
 
     def on_reconnected(self) -> None:
         if self.recovery.ordered and self.recovery.book.pending:
             self.recovery.trouble()
-        elif self._idempotent and self._inflight:
-            self._track(self._resend(list(self._inflight)))
+        elif self._idempotent and self.window.inflight:
+            self.track(self._resend(list(self.window.inflight)))
 
     def on_closed(self, cause: str) -> None:
         """The connection is gone for good: no PubAck can arrive; wake every waiter now."""
         self._closed = cause
-        self._room.set()
-        self._done.set()
+        self.window.room.set()
+        self.window.done.set()
 
     def _closed_error(self) -> JetStreamConnectorError:
         return JetStreamConnectorError(
-            f"The NATS connection was closed while {len(self._inflight)} publishes awaited their PubAck: "
+            f"The NATS connection was closed while {len(self.window.inflight)} publishes awaited their PubAck: "
             f"{self._closed}. The task fails so that Spark retries it on a new connection."
         )
 
-    def _track(self, coro) -> asyncio.Task:
+    def track(self, coro) -> asyncio.Task:
         """Run a background send, keeping it referenced; a failure is raised by the next wait."""
         task = asyncio.ensure_future(coro)
         self._tasks.add(task)
 
         def done(t: asyncio.Task) -> None:
             self._tasks.discard(t)
-            if not t.cancelled() and t.exception() is not None and self._send_error is None:
-                self._send_error = t.exception()
-                self._room.set()
-                self._done.set()
+            if not t.cancelled() and t.exception() is not None and self.window.send_error is None:
+                self.window.send_error = t.exception()
+                self.window.room.set()
+                self.window.done.set()
 
         task.add_done_callback(done)
         return task
 
     async def _wait(self, event: asyncio.Event, what: str) -> None:
-        while not event.is_set() or self._closed is not None or self._send_error is not None:
+        while not event.is_set() or self._closed is not None or self.window.send_error is not None:
             if self._closed is not None:
                 raise self._closed_error()
-            if self._send_error is not None:
+            if self.window.send_error is not None:
                 raise JetStreamConnectorError(
-                    f"Publishing failed in the background ({type(self._send_error).__name__}: {self._send_error}) "
-                    f"while {len(self._inflight)} publishes awaited their PubAck; the task fails so that Spark "
+                    f"Publishing failed in the background ({type(self.window.send_error).__name__}: {self.window.send_error}) "
+                    f"while {len(self.window.inflight)} publishes awaited their PubAck; the task fails so that Spark "
                     "retries it.")
             try:
                 await asyncio.wait_for(event.wait(), timeout=1.0)
             except asyncio.TimeoutError:
                 now = time.monotonic()
-                idle = now - self._last_progress
-                if (self._idempotent and self._retry_503 and idle >= RESEND_AFTER_SILENCE
+                idle = now - self.window.last_progress
+                if (self._idempotent and self.window.retry_503 and idle >= RESEND_AFTER_SILENCE
                         and now - self._last_resend >= RESEND_AFTER_SILENCE):
                     self._last_resend = now
                     if self.recovery.ordered:
                         self.recovery.trouble()
                     else:
-                        await self._resend([token for token in self._inflight if token not in self._retry_due])
-                if idle >= self._ack_timeout and not event.is_set():
-                    first = min(self._inflight, key=lambda t: int(t.lstrip(DEAD_LETTER_TAG)), default="?")
+                        await self._resend([token for token in self.window.inflight if token not in self._retry_due])
+                if idle >= self.window.ack_timeout and not event.is_set():
+                    first = min(self.window.inflight, key=lambda t: int(t.lstrip(DEAD_LETTER_TAG)), default="?")
                     raise AckTimeoutError(
-                        f"No PubAck for {idle:.0f}s while {len(self._inflight)} publishes awaited one ({what}); "
+                        f"No PubAck for {idle:.0f}s while {len(self.window.inflight)} publishes awaited one ({what}); "
                         f"the first is row {first.lstrip(DEAD_LETTER_TAG)}. The server may be down or overloaded; "
                         "raise the option 'ackTimeout' if it is only slow."
                     ) from None
@@ -246,20 +227,20 @@ class Publisher:
             self._closed = self._closed or "the connection was closed"
             raise self._closed_error()
         tag = DEAD_LETTER_TAG if dead_letter else ""
-        inflight = self._inflight
+        inflight = self.window.inflight
         recovery = self.recovery
         may_send = recovery.may_send
         i, total = 0, len(frames)
         while i < total:
             if not may_send.is_set():  # an ordered recovery is under way: nothing new goes out
-                self._last_progress = time.monotonic()
+                self.window.last_progress = time.monotonic()
                 await self._wait(may_send, "recovering the order after a leader change")
                 continue
-            room = self._max_pending - len(inflight)
+            room = self.window.max_pending - len(inflight)
             if room <= 0:
-                self._room.clear()
-                self._last_progress = time.monotonic()
-                await self._wait(self._room, "window full")
+                self.window.room.clear()
+                self.window.last_progress = time.monotonic()
+                await self._wait(self.window.room, "window full")
                 continue
             chunk = frames[i : i + room]
             i += len(chunk)
@@ -268,18 +249,18 @@ class Publisher:
             else:
                 for sent in chunk:
                     inflight[f"{tag}{sent[0]}"] = sent
-            self._done.clear()
-            await self._send(b"".join(sent[1] for sent in chunk))
+            self.window.done.clear()
+            await self.send(b"".join(sent[1] for sent in chunk))
 
     async def drain(self) -> None:
         """Wait until every published frame has its PubAck (or ``ackTimeout`` passes without progress),
         and an ordered recovery under way has ended: the PubAck that empties the window can come before
         its order check, which may move frames yet."""
-        self._last_progress = time.monotonic()
+        self.window.last_progress = time.monotonic()
         while True:
-            if self._inflight:
-                self._done.clear()
-                await self._wait(self._done, "end of partition")
+            if self.window.inflight:
+                self.window.done.clear()
+                await self._wait(self.window.done, "end of partition")
             elif not self.recovery.may_send.is_set():
                 await self._wait(self.recovery.may_send, "recovering the order after a leader change")
             else:

@@ -149,8 +149,8 @@ class OrderedRecovery:
         the entry is made only once order is in doubt (a frame overtaken, a recovery under way, or frames
         remembered already), so the repair sees every entry it saw before."""
         pub = self._pub
-        inflight = pub._inflight
-        if token in inflight and ((not data and status_of(headers) == 503 and pub._retry_503)
+        inflight = pub.window.inflight
+        if token in inflight and ((not data and status_of(headers) == 503 and pub.window.retry_503)
                                   or (data and id_in_process(data))):
             # Still unanswered, in its place (for 10158 an earlier copy with its id is still proposed): the
             # recovery finds it stored, or sends it again in its subject's order.
@@ -185,7 +185,7 @@ class OrderedRecovery:
             if may_be_plain(data):  # the common case, settled here as the unordered fast path does
                 del inflight[token]
                 pub.acks.stored += 1
-                pub._eased()
+                pub.window.eased()
                 if calm:
                     book.forget_settled()
                 return
@@ -208,7 +208,7 @@ class OrderedRecovery:
         self.may_send.clear()
         if self._task is None or self._task.done():
             self._again = False
-            self._task = self._pub._track(self._recover_until_calm())
+            self._task = self._pub.track(self._recover_until_calm())
         else:
             self._again = True  # seen while a round runs: another round follows it
 
@@ -228,7 +228,7 @@ class OrderedRecovery:
         from . import reorder
 
         pub = self._pub
-        inflight = pub._inflight
+        inflight = pub.window.inflight
         while True:
             await self._quiet()
             await pub.mover.delete_replaced(inflight, {f.position for f in pub.acks.failures if not f.dead_letter})
@@ -273,7 +273,7 @@ class OrderedRecovery:
             self.book.dup_tokens.discard(frame.token)
         again, first_sends = [], {}
         for token, sent, first_send in await pub.mover.move(taken, pub.reply_prefix, self._rounds, delete_first):
-            pub._inflight[token] = sent
+            pub.window.inflight[token] = sent
             again.append(token)
             first_sends[token] = first_send
         pub.acks.stored -= len(again)
@@ -302,7 +302,7 @@ class OrderedRecovery:
         first_sends = {}
         for token in lost:
             entry = self.book.stored_recent.pop(token)
-            pub._inflight[token] = pub.mover.renamed(entry[4], pub.reply_prefix, self._rounds)
+            pub.window.inflight[token] = pub.mover.renamed(entry[4], pub.reply_prefix, self._rounds)
             first_sends[token] = entry[0]
         pub.acks.duplicates -= len(lost)  # the server's "duplicate" named a copy that is gone: not stored
         self.restored += len(lost)
@@ -316,10 +316,10 @@ class OrderedRecovery:
         if first_sends:
             self.book.pending.update(first_sends)
             self.book.pending = collections.OrderedDict(sorted(self.book.pending.items(), key=lambda item: item[1]))
-        pub._done.clear()
+        pub.window.done.clear()
         pub.resent += len(tokens)
         self.last_reply = time.monotonic()
-        await pub._send(b"".join(pub._inflight[t][1] for t in tokens))  # progress is a PubAck, not a resend
+        await pub.send(b"".join(pub.window.inflight[t][1] for t in tokens))  # progress is a PubAck, not a resend
 
     async def _find_stored(self, tokens: list[str]) -> list[str]:
         """Which of the unanswered frames ``tokens`` the stream holds after all (stored, and the PubAck lost
@@ -331,27 +331,27 @@ class OrderedRecovery:
         from ..records.replay_guard import stored_sequences
 
         pub = self._pub
-        inflight = pub._inflight
+        inflight = pub.window.inflight
         oldest = min(self.book.pending[t] for t in tokens)  # their first sends: a resend keeps the number
         floor = max((seq for first, seq in self.book.floors if first <= oldest), default=0)
         wanted = {inflight[t][4]: t for t in tokens if inflight[t][4]}
         if not wanted:
             return tokens
         found = await stored_sequences(pub._nc, self._stream, self._api_prefix, floor, set(wanted),
-                                       deadline=pub._ack_timeout)
+                                       deadline=pub.window.ack_timeout)
         for msg_id, seq in found.items():
             token = wanted[msg_id]
             self.book.remember(token, self.book.pending.pop(token), inflight.pop(token), seq)
             pub.acks.stored += 1
             self.found_after_loss += 1
         if found:
-            pub._eased()
+            pub.window.eased()
         return [t for t in tokens if t in inflight]
 
     async def _quiet(self) -> None:
         """Until every frame in flight is answered, or no answer came for :data:`QUIET` seconds."""
         started = time.monotonic()
         while self.book.pending and time.monotonic() - self.last_reply < QUIET:
-            if time.monotonic() - started > self._pub._ack_timeout:
+            if time.monotonic() - started > self._pub.window.ack_timeout:
                 return
             await asyncio.sleep(QUIET / 5)

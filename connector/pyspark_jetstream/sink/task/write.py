@@ -34,6 +34,7 @@ from ..plan.sink_plan import SinkPlan
 from ..publish.batched import BatchedPublisher
 from ..publish.publisher import Publisher
 from ..publish.retry_order import RetryMoves
+from ..publish.row_publisher import RowPublisher
 from ..records.attempt import ReplayRecords
 from ..reduce.sequenced_write import SequencedWrite
 from .commit import SinkCommitMessage, describe_target
@@ -57,7 +58,7 @@ def slices(batch: Any, step: int) -> list[Any]:
 
 
 def open_publisher(opts: Any, move_base: int, after_retry: bool = False, replayed: bool = False,
-                   batched_to: tuple[str, ...] | None = None) -> Publisher | BatchedPublisher:
+                   batched_to: tuple[str, ...] | None = None) -> RowPublisher:
     """The task's publisher on the executor's shared connection; with ``order=subject`` its ordered recovery
     repairs a subject's order after a leader change (publish/recovery.py), and in a retried attempt
     (``after_retry``) moves the rows its predecessor stored ahead of a missing one and checks that a duplicate
@@ -68,7 +69,7 @@ def open_publisher(opts: Any, move_base: int, after_retry: bool = False, replaye
     target = kv.stream_name(opts.bucket) if opts.bucket is not None else opts.stream
     ordered = target if opts.order == "subject" and batched_to is None else None
 
-    async def opened() -> Publisher | BatchedPublisher:
+    async def opened() -> RowPublisher:
         nc = await runtime.connection(opts.connection)
         pub = await Publisher(
             nc, max_pending=opts.max_pending_acks, ack_timeout=opts.ack_timeout, idempotent=opts.idempotent,
@@ -268,7 +269,7 @@ class WriteTask:
                                  out_of_order=ordering.out_of_order, subjects=ordering.sample,
                                  reordered=pub.reordered + (retry.moved if retry else 0),
                                  left_out_of_order=pub.left_out_of_order + (retry.left_in_place if retry else 0),
-                                 unpositioned=ordering.unpositioned or 0, batches=getattr(pub, "batches", 0),
+                                 unpositioned=ordering.unpositioned or 0, batches=pub.batches,
                                  run=self.msg_ids.run if self.msg_ids is not None else None,
                                  query_id=self.query_id, query_name=self.query_name)
 
