@@ -133,7 +133,11 @@ def test_kv_writes_through_leader_changes_end_as_nats_py_makes_them(nats_cluster
         for k in range(KEYS):
             key = f"k{k}"
             assert latest(client, ours_kv, key) == latest(client, judge_kv, key), (key, where)
-            assert history(client, ours_kv, key) == history(client, judge_kv, key), (key, where)
+            ours_history, judge_history = history(client, ours_kv, key), history(client, judge_kv, key)
+            if ours_history != judge_history:
+                Path(os.environ.get("KV_SOAK_LOG", "/dev/null")).write_text(
+                    f"{key}\nours  {ours_history}\njudge {judge_history}\n" + "\n".join(log))
+            assert ours_history == judge_history, (key, where)
         dead = sorted(m.data.decode() for m in client.messages(dlq))
         assert dead == sorted(refused), where
         print(f"KV soak seed {seed}: {ROUNDS * ROWS} rows, {len(refused)} creates refused as nats-py refused them, "

@@ -358,7 +358,11 @@ def test_a_replica_on_a_server_older_than_2_14_never_takes_a_stream_that_allows_
                 return [r["current"] for r in client.api(f"STREAM.INFO.{name}")["cluster"]["replicas"]]
 
             for name, batched in ((stream_name, False), (stream_name + "B", True)):
-                client.add_stream(name, [f"{name}.>"], num_replicas=3, allow_batched=batched or None)
+                body = {"name": name, "subjects": [f"{name}.>"], "num_replicas": 3, "storage": "memory",
+                        **({"allow_batched": True} if batched else {})}
+                # The restarted node may not be placeable yet (10005 "no suitable peers"): asked again.
+                helpers.wait_until(lambda body=body: "error" not in client.api(f"STREAM.CREATE.{body['name']}", body),
+                                   timeout=30, what=f"stream {name} created on three peers")
             helpers.wait_until(lambda: all(replicas_current(stream_name)) or None, timeout=20,
                                what="every replica of the plain stream current")
             late = stream_name + "B"
@@ -370,3 +374,34 @@ def test_a_replica_on_a_server_older_than_2_14_never_takes_a_stream_that_allows_
                 time.sleep(0.5)
         finally:
             client.close()
+
+
+@pytest.mark.parametrize("mode", ["batched", "acked"])
+def test_a_core_subscriber_of_the_target_receives_exactly_the_rows(spark, nats_server, nats_client, stream_name, mode):
+    """Issue #56: services often subscribe to the subjects a stream captures. Every message they receive is a
+    row, in every publish mode: the fast-ingest batch commits with its last row (no end-of-batch), and pings
+    go only when a batch waits for its feed longer than the keepalive, or for an overdue answer."""
+    import asyncio
+
+    nats_client.add_stream(stream_name, [f"{stream_name}.>"], allow_msg_ttl=True, allow_batched=True)
+    received: list[tuple[str, bytes, dict]] = []
+
+    async def subscribe():
+        async def got(msg):
+            received.append((msg.subject, msg.data, dict(msg.headers or {})))
+
+        return await nats_client.nc.subscribe(f"{stream_name}.>", cb=got)
+
+    sub = nats_client.run(subscribe())
+    try:
+        for round_no in range(3):  # three writes, as three micro-batches would be
+            df = _rows(spark, stream_name, n=1200).selectExpr("subject", f"concat('{round_no}-', data) as data", "ttl")
+            write(df, nats_server, stream=stream_name, **{"publish.mode": mode, "maxPendingAcks": "256"})
+        assert nats_client.stream_state(stream_name)["messages"] == 3600
+        nats_client.run(nats_client.nc.flush(5))
+        nats_client.run(asyncio.sleep(0.2))  # deliveries queued before the flush's PONG reach the callback
+    finally:
+        nats_client.run(sub.unsubscribe())
+    empty = [r for r in received if not r[1]]
+    assert not empty, f"{len(empty)} empty messages, e.g. {empty[:3]}"
+    assert sorted(r[1] for r in received) == sorted(f"{k}-{i}".encode() for k in range(3) for i in range(1200))

@@ -35,9 +35,9 @@ class Hang(RuntimeError):
 
 
 class _Instant(selectors.DefaultSelector):
-    def __init__(self) -> None:
+    def __init__(self, limit: float) -> None:
         super().__init__()
-        self.now = 0.0
+        self.now, self.limit = 0.0, limit
 
     def select(self, timeout: float | None = None) -> list:
         ready = super().select(0)
@@ -46,14 +46,16 @@ class _Instant(selectors.DefaultSelector):
         if timeout is None:
             raise Hang("the event loop would wait forever: nothing is ready and no timer is set")
         self.now += timeout
+        if self.now > self.limit:
+            raise Hang(f"still running after {self.limit:g} s of virtual time: a wait that never ends")
         return []
 
 
 class VirtualLoop(asyncio.SelectorEventLoop):
     """An event loop whose clock jumps to its next timer when nothing is ready (module docstring)."""
 
-    def __init__(self) -> None:
-        self._instant = _Instant()
+    def __init__(self, limit: float = 3600.0) -> None:
+        self._instant = _Instant(limit)
         super().__init__(self._instant)
 
     def time(self) -> float:

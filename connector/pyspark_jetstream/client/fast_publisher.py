@@ -49,6 +49,10 @@ Headers = Mapping[str, str] | Iterable[tuple[str, str]] | None
 Message = tuple[str, Headers, bytes, "str | None"]
 """(subject, headers, payload, Nats-Msg-Id or None)."""
 
+KEEPALIVE = 5.0
+"""Seconds between the pings of an open batch waiting for its feed: half the server's idle limit (10 s,
+``jetstream.limits.batch.timeout``). Few, because each is an empty message on a row's subject."""
+
 MIN_SERVER = (2, 14, 3)
 """The first nats-server whose fast-ingest commits are right after a gap (NATS-FACTS l)."""
 CRLF = b"\r\n"
@@ -246,11 +250,13 @@ class FastPublisher:
 
     def __init__(self, nc: Any, *, flow: int = 500, outstanding: int = fi.OUTSTANDING, ack_timeout: float = 10.0,
                  ping_after: float = 1.0, busy_for: float = 30.0, chunk: int = 256, max_batch: int = 0,
+                 keepalive: float = KEEPALIVE,
                  give_way: bool = False, transport: Transport | None = None) -> None:
         self._net = transport if transport is not None else NatsTransport(nc)
         self.give_way = give_way  # too many open batches: raise TooManyBatches at once instead of waiting
         self.flow, self.outstanding, self.chunk, self.max_batch = flow, outstanding, chunk, max_batch
         self.ack_timeout, self.ping_after, self.busy_for = ack_timeout, ping_after, busy_for
+        self.keepalive = keepalive  # an open batch waiting for its feed pings this often (server: 10 s idle limit)
         self._inbox = ""
         self._sub = None
         self._batch_id = ""
@@ -405,8 +411,9 @@ class FastPublisher:
 
     async def _batch(self, feed: Feed, base: int) -> fi.BatchEnd:
         """One batch of the feed from position ``base``, sent and waited on until its end. It grows while
-        the feed does; it commits with the feed's last message, or, when that went out as an append
-        before the feed closed, with an end-of-batch that stores nothing."""
+        the feed does; it commits with the feed's last message: while the feed is open its newest message
+        waits, so that no end-of-batch (an empty message on a row's subject, which the stream's core
+        subscribers receive) is needed when it closes (issue #56)."""
         self._batches += 1
         self._base = base
         whole = base == 0 and bool(self._reserved)
@@ -430,6 +437,8 @@ class FastPublisher:
                 if total != window.total and not window.stopped:
                     self.window = window = dataclasses.replace(window, total=total)
                 limit = window.limit()
+                if not last:  # open: the newest message waits, to commit with it should the feed close now
+                    limit = min(limit, max(window.sent, feed.end - base - 1))
                 if window.sent < limit:
                     upto = min(limit, window.sent + self.chunk)
                     self.window = window.sending(upto)  # before the await: answers may come during it
@@ -452,17 +461,22 @@ class FastPublisher:
                 feed.forget_before(base + window.acked - 1)  # the last acked one names the ping's subject
             if window.final is not None:
                 continue
-            idle = not committed and window.every and window.sent >= feed.end - base and not window.stopped
+            held = 0 if committed or self._last_message(feed) else 1
+            idle = (not committed and window.every and window.sent >= feed.end - base - held
+                    and window.sent - window.acked < window.every and not window.stopped)
             if idle:
-                # All there is was sent: the batch waits for the feed, not for the server (which acks only
-                # whole flow intervals until the commit). Pings keep it alive and find any gap.
+                # All there is was sent (but the newest, held back): the batch waits for the feed, not for the
+                # server (which acks only whole flow intervals until the commit). A ping now and then keeps
+                # it alive on the server; each is an empty message its subject's subscribers receive.
                 self._last_progress = now
-            stalled = window.sent and now - self._last_progress >= self.ping_after
-            if (stalled or idle) and now - pinged >= self.ping_after:
-                if now - self._last_progress >= self.ack_timeout:
-                    raise AckTimeoutError(
-                        f"No progress in a fast-ingest batch for {self.ack_timeout:g}s ({window.sent} sent, "
-                        f"{window.acked} acked, from message {base}). The server may be down or overloaded.")
+            if now - self._last_progress >= self.ack_timeout:
+                raise AckTimeoutError(
+                    f"No progress in a fast-ingest batch for {self.ack_timeout:g}s ({window.sent} sent, "
+                    f"{window.acked} acked, from message {base}). The server may be down or overloaded.")
+            # An answer is due: message 1's, a flow ack, the final one (after the commit, a gap or a refusal).
+            due = window.every == 0 or committed or window.stopped or window.sent - window.acked >= window.every
+            stalled = window.sent and due and now - self._last_progress >= self.ping_after
+            if (stalled and now - pinged >= self.ping_after) or (idle and now - pinged >= self.keepalive):
                 pinged = now  # a ping also keeps an idle batch alive on the server (its 10 s limit)
                 if eob and not window.stopped:
                     # A lost end-of-batch leaves no gap for a ping to find: it is sent again (a second

@@ -102,7 +102,12 @@ class BatchedPublisher(RowPublisher):
         self.target = target
         self.acked = acked
         # ``fast``: one on another transport (the fault-schedule harness, tests/unit/fast_ingest_model.py).
-        self._fast = fast if fast is not None else FastPublisher(nc, ack_timeout=ack_timeout, give_way=True)
+        # The flow asked for fits the room: a flow ack (every ``flow`` rows at most) must come before the task's
+        # unacknowledged rows fill ``maxPendingAcks``, or both wait for ever (maxPendingAcks 256 against the
+        # server's 500 hung a write; issue #56's subscriber test).
+        flow = max(1, min(fi.MAX_FLOW, acked.low_water))
+        self._fast = fast if fast is not None else FastPublisher(nc, ack_timeout=ack_timeout, give_way=True,
+                                                                 flow=min(500, flow))
         self.per_row = False  # the stream had no room for another batch: a PubAck per row from then on
         self._target = TargetSubjects(subjects) if subjects else None
         self._job: asyncio.Task | None = None
