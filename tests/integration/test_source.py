@@ -259,8 +259,9 @@ def test_data_loss_after_purge(spark, nats_server, nats_client, stream_name, tmp
 
 
 def test_bookmark_consumer_shows_progress(spark, nats_server, nats_client, filled):
-    """Spark commits a micro-batch's source offset when it plans the next one, so the
-    bookmark trails the query by at most one micro-batch."""
+    """Spark commits a micro-batch's source offset when it plans the next one; the bookmark follows at every
+    trigger, idle ones included, and at a clean stop: 0 pending once the query has read everything (issue #56:
+    it stayed a micro-batch behind for good once traffic stopped)."""
     q = stream_query(spark, nats_server, "st_bm", trigger={"processingTime": "100 milliseconds"}, stream=filled,
                      startingOffsets="earliest", maxMessagesPerTrigger="20", bookmarkConsumer="spark_orders")
     try:
@@ -273,10 +274,18 @@ def test_bookmark_consumer_shows_progress(spark, nats_server, nats_client, fille
             return info if "error" not in info and info["delivered"]["stream_seq"] >= 60 else None
 
         info = wait_until(bookmark, timeout=30)
+        assert info["num_pending"] == 64 - info["delivered"]["stream_seq"]  # the query's lag, as NATS tools show it
+
+        def caught_up():  # traffic stopped: the idle triggers move it to the end
+            idle = nats_client.api(f"CONSUMER.INFO.{filled}.spark_orders")
+            return idle if idle["num_pending"] == 0 and idle["delivered"]["stream_seq"] == 64 else None
+
+        wait_until(caught_up, timeout=30, what="the bookmark at the end while the query idles")
     finally:
         q.stop()
     assert info["config"]["ack_policy"] == "none" and info["config"].get("durable_name") == "spark_orders"
-    assert info["num_pending"] == 64 - info["delivered"]["stream_seq"]  # the query's lag, as NATS tools show it
+    stopped = nats_client.api(f"CONSUMER.INFO.{filled}.spark_orders")
+    assert (stopped["num_pending"], stopped["delivered"]["stream_seq"]) == (0, 64)
 
 
 def test_round_trip_stream_spark_stream(spark, nats_server, nats_client, stream_name):

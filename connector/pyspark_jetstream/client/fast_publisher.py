@@ -243,6 +243,12 @@ def check_resend(feed: Feed, first: int, in_doubt: int) -> None:
             "unless option 'idempotent' is false.")
 
 
+def end_of_batch(feed: Feed, feed_base: int, replies: fi.BatchReplies, last: int) -> bytes:
+    """The commit of a batch whose last message went out as an append (a batch cut at ``max_batch``): an
+    end-of-batch (stores nothing) on the last message's subject, the stream's."""
+    return pub_frame(feed.subject(feed_base + last - 1), replies.subject(last + 1, fi.OP_COMMIT_EOB), b"")
+
+
 class FastPublisher:
     """Publishes lists of messages in fast-ingest batches (module docstring). ``flow``: the largest
     ack interval asked for (the server answers min(500, flow), less when the stream has other fast
@@ -450,7 +456,7 @@ class FastPublisher:
                 if last and window.sent == last and window.every and not window.stopped:
                     committed = eob = True
                     self._changed.clear()
-                    await self._send(self._end_of_batch(feed, base, replies, last))
+                    await self._send(end_of_batch(feed, base, replies, last))
                     continue
             self._changed.clear()
             with contextlib.suppress(asyncio.TimeoutError):
@@ -481,17 +487,11 @@ class FastPublisher:
                 if eob and not window.stopped:
                     # A lost end-of-batch leaves no gap for a ping to find: it is sent again (a second
                     # one is ignored while the commit runs, or answered 10208 once the batch is over).
-                    await self._send(self._end_of_batch(feed, base, replies, window.sent))
+                    await self._send(end_of_batch(feed, base, replies, window.sent))
                     continue
                 subject = feed.subject(base + window.sent - 1)
                 await self._send(pub_frame(subject, replies.ping(window.sent), b""))
         return self.window.end()
-
-    @staticmethod
-    def _end_of_batch(feed: Feed, feed_base: int, replies: fi.BatchReplies, last: int) -> bytes:
-        """The commit of a batch whose last message went out as an append: an end-of-batch (stores
-        nothing) on the last message's subject, the stream's."""
-        return pub_frame(feed.subject(feed_base + last - 1), replies.subject(last + 1, fi.OP_COMMIT_EOB), b"")
 
     _frames = staticmethod(batch_frames)  # a seam: a test's publisher sends its commit as an append
 

@@ -194,6 +194,9 @@ class JetStreamStreamReader(DataSourceStreamReader, *AVAILABLE_NOW_BASES):
     def latestOffset(self, start: dict | None = None, limit: ReadLimit | None = None) -> dict:
         if start is None:
             return self._latest_without_start()
+        # Spark plans a micro-batch once the one before it is committed, and asks at every trigger, idle ones
+        # included: ``start`` is committed, so the bookmark follows the query there (issue #56).
+        self._bookmark_to(offset_seq(start, self.opts.stream) + 1)
         self._keep_checkpoints_split(start)
         bounds = stream_bounds(self.opts)
         self._latest = bounds
@@ -296,10 +299,19 @@ class JetStreamStreamReader(DataSourceStreamReader, *AVAILABLE_NOW_BASES):
         return read_planned(self.opts, partition)
 
     def commit(self, end: dict) -> None:
+        self._committed = max(self._committed, offset_seq(end, self.opts.stream))
+        self._bookmark_to(self._committed + 1)
+
+    _committed = 0  # the highest end offset Spark has committed (commit, or a start latestOffset was given)
+    _bookmarked = 0  # the sequence the bookmark consumer was last moved to
+
+    def _bookmark_to(self, next_seq: int) -> None:
+        """Move the bookmark consumer (option ``bookmarkConsumer``) to ``next_seq`` when it is ahead of where
+        it was: ``nats consumer info`` then shows the query's lag, 0 once it has read everything."""
         name = self.opts.bookmark_consumer
-        if name is None:
+        self._committed = max(self._committed, next_seq - 1)
+        if name is None or next_seq <= self._bookmarked:
             return
-        next_seq = offset_seq(end, self.opts.stream) + 1
 
         async def move() -> None:
             nc = await runtime.connection(self.opts.connection)
@@ -308,8 +320,10 @@ class JetStreamStreamReader(DataSourceStreamReader, *AVAILABLE_NOW_BASES):
 
         try:
             runtime.run(move(), timeout=30)
+            self._bookmarked = next_seq
         except Exception as exc:  # the bookmark is for monitoring only; the checkpoint is the truth
             log.warning("Could not move bookmark consumer %s to sequence %d: %s", name, next_seq, exc)
 
     def stop(self) -> None:
-        pass
+        """A clean stop: the bookmark at what Spark committed last."""
+        self._bookmark_to(self._committed + 1)
