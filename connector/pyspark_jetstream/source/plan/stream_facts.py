@@ -34,15 +34,20 @@ def ask_server(opts: SourceOptions, call: Callable[[], Coroutine[Any, Any, T]], 
     (503) for a few seconds. Failing the query there would force a restart from the
     checkpoint for what the partitions themselves ride through, so the driver keeps
     asking with backoff, for at most ``consume.maxWait``, like a partition does.
+
+    The logs say what the query went through, not each try (issue #56): one WARNING when the server stops
+    answering (naming it, and how long ago it last answered), one INFO when it answers again (after how long).
     """
     deadline = time.monotonic() + opts.max_wait
     delays = jsapi.retry_delays()
+    servers = opts.connection.servers
     while True:
         try:
-            return runtime.run(call(), timeout=opts.connection.connect_timeout * 3 + 30)
+            result = runtime.run(call(), timeout=opts.connection.connect_timeout * 3 + 30)
         except JetStreamApiError as exc:
             if not jsapi.is_transient(exc):
                 raise
+            _silent(servers, what, exc, opts.max_wait)
             delay = next(delays)
             if time.monotonic() + delay > deadline:
                 raise JetStreamApiError(
@@ -50,8 +55,35 @@ def ask_server(opts: SourceOptions, call: Callable[[], Coroutine[Any, Any, T]], 
                     f"{exc.description}; still failing after {opts.max_wait:g}s of retries (raise the option "
                     "'consume.maxWait' to wait longer for the server)",
                 ) from None
-            log.warning("%s failed (%s); asking again in %.2fs", what, exc, delay)
+            log.debug("%s failed (%s); asking again in %.2fs", what, exc, delay)
             time.sleep(delay)
+            continue
+        _answered(servers)
+        return result
+
+
+_last_answer: dict[tuple[str, ...], float] = {}  # servers -> when they last answered a planning request
+_silent_since: dict[tuple[str, ...], float] = {}  # servers -> when they stopped answering (a WARNING said so)
+
+
+def _silent(servers: tuple[str, ...], what: str, exc: Exception, max_wait: float) -> None:
+    now = time.monotonic()
+    if servers in _silent_since:
+        return
+    _silent_since[servers] = now
+    last = _last_answer.get(servers)
+    log.warning("JetStream source: %s did not answer the query's planning (%s: %s)%s; asking again for up to %gs "
+                "(option 'consume.maxWait')", ", ".join(servers), what, exc.description if isinstance(
+                    exc, JetStreamApiError) else exc, f", {now - last:.1f}s after its last answer" if last else "",
+                max_wait)
+
+
+def _answered(servers: tuple[str, ...]) -> None:
+    now = time.monotonic()
+    _last_answer[servers] = now
+    since = _silent_since.pop(servers, None)
+    if since is not None:
+        log.info("JetStream source: %s answers again, after %.1fs", ", ".join(servers), now - since)
 
 
 def with_origin(opts: SourceOptions) -> SourceOptions:
