@@ -23,7 +23,7 @@ from pyspark_jetstream.sink.publish.recovery import OrderBook
 from pyspark_jetstream.sink.records import replay_guard
 
 STREAM = "S"
-DROP, STORE, SILENT, REFUSE = "drop", "store", "silent", "refuse"  # what the fake does with one copy of a frame
+DROP, STORE, SILENT, REFUSE, NO_LEADER = "drop", "store", "silent", "refuse", "no-leader"  # one copy's fate
 
 
 def _frames(buffer: bytes):
@@ -83,6 +83,9 @@ class FakeClusteredStream:
             self.copies[msg_id] += 1
             fate = self.script(msg_id, self.copies[msg_id])
             if fate == DROP:
+                continue
+            if fate == NO_LEADER:  # a 503: no responders while a leader is elected
+                loop.call_soon(self.handler, [(reply.encode(), b"", b"", b"NATS/1.0 503\r\n\r\n")])
                 continue
             if fate == REFUSE:
                 refusal = {"error": {"code": 400, "err_code": 10077, "description": "maximum messages per subject "
@@ -346,3 +349,32 @@ def test_a_moved_copy_the_stream_refuses_leaves_the_row_where_it_is_counted_out_
     assert fake.payloads("S.a") == [b"1", b"2", b"0"]  # every row once, the old copies where they were
     assert pub.failures == []
     assert (pub.reordered, pub.left_out_of_order) == (0, 2)
+
+
+def test_an_election_is_one_warning_and_one_info_not_a_line_per_resend(monkeypatch, caplog):
+    """Issue #56: row 0 gets 503 (no responders) twice while a leader is elected, then is stored. The task's
+    log says so once when the answers stop, naming the target, and once when they come again."""
+    import logging
+
+    def script(msg_id: str, copy: int) -> str:
+        return NO_LEADER if msg_id == "r:0" and copy <= 2 else STORE
+
+    fake = FakeClusteredStream(script)
+    _install(monkeypatch, fake)
+
+    async def write() -> Publisher:
+        pub = await Publisher(fake, max_pending=16, ack_timeout=10.0, idempotent=True, target="stream 'S'").start()
+        try:
+            await pub.publish(_out_frames(pub, "S.a", 3))
+            await pub.drain()
+        finally:
+            await pub.close()
+        return pub
+
+    with caplog.at_level(logging.INFO, logger="pyspark_jetstream"):
+        pub = asyncio.run(asyncio.wait_for(write(), 30))
+    assert fake.payloads("S.a") == [b"1", b"2", b"0"] and pub.resent == 2 and pub.failures == []
+    said = [(r.levelname, r.getMessage()) for r in caplog.records if r.name.startswith("pyspark_jetstream")]
+    assert len(said) == 2, said
+    assert said[0][0] == "WARNING" and said[0][1].startswith("JetStream sink: stream 'S' did not answer (503")
+    assert said[1][0] == "INFO" and said[1][1].startswith("JetStream sink: stream 'S' answers again, after")

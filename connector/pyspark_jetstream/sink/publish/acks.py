@@ -149,12 +149,7 @@ class AckTracker:
                     book.forget_settled()
             if stored:
                 self.stored += stored
-                pub.window.last_progress = time.monotonic()
-                left = len(inflight)
-                if left <= pub.low_water:
-                    pub.window.room.set()
-                if left == 0:
-                    pub.window.done.set()
+                pub.window.eased()
 
     def on_ack(self, token: str, data: bytes, headers: bytes | None) -> None:
         """One reply read in full: settled, counted, scheduled for a resend (a 503 in a cluster) or failed."""

@@ -67,12 +67,14 @@ class Publisher(RowPublisher):
 
     def __init__(self, nc, *, max_pending: int, ack_timeout: float, idempotent: bool = False,
                  ordered_stream: str | None = None, api_prefix: str = "$JS.API", bucket: bool = False,
-                 move_base: int = 0, after_retry: bool = False, replayed: bool = False) -> None:
+                 move_base: int = 0, after_retry: bool = False, replayed: bool = False,
+                 target: str = "the target stream") -> None:
         self._nc = nc
         self._idempotent = idempotent
         from ...client.nats_internals import is_clustered
 
         self.window = Window(max_pending, ack_timeout, is_clustered(nc))
+        self.target = target  # named in the logs of an outage
         self.low_water = self.window.low_water
         self.acks = AckTracker(self)
         # Ordered recovery (recovery's docstring): every frame to one stream, ids to resend safely, a cluster; or
@@ -135,6 +137,7 @@ class Publisher(RowPublisher):
         if now - first >= self.window.ack_timeout:
             return False
         self._retry_due.add(token)
+        self.window.quiet("503 no responders: a stream leader being elected", self.target)
         if self._retry_task is None or self._retry_task.done():
             self._retry_task = self.track(self._resend_later())
         return True
@@ -189,6 +192,7 @@ class Publisher(RowPublisher):
 
     async def _wait(self, event: asyncio.Event, what: str) -> None:
         while not event.is_set() or self._closed is not None or self.window.send_error is not None:
+            self.window.check_answers(self.target)
             if self._closed is not None:
                 raise self._closed_error()
             if self.window.send_error is not None:
@@ -204,6 +208,7 @@ class Publisher(RowPublisher):
                 if (self._idempotent and self.window.retry_503 and idle >= RESEND_AFTER_SILENCE
                         and now - self._last_resend >= RESEND_AFTER_SILENCE):
                     self._last_resend = now
+                    self.window.quiet(f"no PubAck for {idle:.0f}s", self.target)
                     if self.recovery.ordered:
                         self.recovery.trouble()
                     else:
@@ -215,6 +220,7 @@ class Publisher(RowPublisher):
                         f"the first is row {first.lstrip(DEAD_LETTER_TAG)}. The server may be down or overloaded; "
                         "raise the option 'ackTimeout' if it is only slow."
                     ) from None
+        self.window.check_answers(self.target)
 
     @property
     def reply_form(self) -> ReplyForm:  # the encoder's replies: <inbox>.<position>
@@ -264,6 +270,7 @@ class Publisher(RowPublisher):
             elif not self.recovery.may_send.is_set():
                 await self._wait(self.recovery.may_send, "recovering the order after a leader change")
             else:
+                self.window.check_answers(self.target)
                 return
 
     async def abort(self) -> None:

@@ -10,6 +10,10 @@ from __future__ import annotations
 import asyncio
 import time
 
+from ...logs import get_logger
+
+log = get_logger("sink")
+
 
 class Window:
     """Frames in flight (``inflight``: reply token -> the frame, OutFrame layout), at most ``max_pending``;
@@ -33,10 +37,26 @@ class Window:
         self.send_error: BaseException | None = None
         self.last_progress = time.monotonic()
         self.prefix_len = 0  # of the reply subjects, ``<inbox>.``: a PubAck's token follows it
+        self.eases = 0  # how many times frames left the window (answers came)
+        self._quiet: tuple[float, int] | None = None  # since when, and at which ease, answers stopped (said so)
+
+    def quiet(self, why: str, target: str) -> None:
+        """No answer (a 503 while a leader is elected, or silence): one WARNING per outage, not per resend."""
+        if self._quiet is None:
+            self._quiet = (time.monotonic(), self.eases)
+            log.warning("JetStream sink: %s did not answer (%s); publishing again for up to %gs (option "
+                        "'ackTimeout')", target, why, self.ack_timeout)
+
+    def check_answers(self, target: str) -> None:
+        """After :meth:`quiet`: one INFO once answers come again, with how long they took."""
+        if self._quiet is not None and self.eases > self._quiet[1]:
+            log.info("JetStream sink: %s answers again, after %.1fs", target, time.monotonic() - self._quiet[0])
+            self._quiet = None
 
     def eased(self) -> None:
         """Frames left the window: progress; room once it is down to ``low_water``; done once it is empty."""
         self.last_progress = time.monotonic()
+        self.eases += 1
         left = len(self.inflight)
         if left <= self.low_water:
             self.room.set()

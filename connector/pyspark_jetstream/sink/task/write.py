@@ -75,6 +75,7 @@ def open_publisher(opts: Any, move_base: int, after_retry: bool = False, replaye
             nc, max_pending=opts.max_pending_acks, ack_timeout=opts.ack_timeout, idempotent=opts.idempotent,
             ordered_stream=ordered, api_prefix=opts.api_prefix, bucket=opts.bucket is not None,
             move_base=move_base, after_retry=after_retry, replayed=replayed,
+            target=f"stream '{target}'" if target else "the target stream",
         ).start()
         if batched_to is None:
             return pub
