@@ -111,12 +111,12 @@ def test_a_task_killed_at_a_move_is_retried_with_every_row_once_in_order(nats_cl
                          overwrite=False, streaming=False)
         killed = threading.Event()
         _kill_at(monkeypatch, point, killed)
-        for _ in range(5):  # a step-down makes the repair move rows only when it lands mid-write: a few tries
+        for _ in range(10):  # a step-down makes the repair move rows only when it lands mid-write: a few tries
             client.api(f"STREAM.DELETE.{STREAM}")
             client.add_stream(STREAM, [f"{STREAM}.>"], storage="file", num_replicas=3)
             if _first_attempt_killed(client, plan, killed):
                 break
-        assert killed.is_set(), "no move was made in five writes"
+        assert killed.is_set(), "no move was made in ten writes"
         monkeypatch.undo()
 
         # Spark's retry of the task: attempt 1, its moved ids numbered apart from its predecessor's.

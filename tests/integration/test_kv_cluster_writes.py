@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from ..helpers import SyncNats, history, jetstream_writer, kv_of, latest
+from ..helpers import SyncNats, history, jetstream_writer, kv_of, latest, wait_until
 
 SCHEMA = "key string, data string, operation string, expected_revision long"
 
@@ -50,6 +50,9 @@ def _messages(client: SyncNats, bucket: str) -> list[tuple]:
 
 def _bucket(client: SyncNats, name: str, replicas: int, batched: bool):
     kv = client.run(client.js.create_key_value(bucket=name, history=10, replicas=replicas))
+    if replicas > 1:  # a new R3 stream answers publishes once it has elected a leader
+        wait_until(lambda: (client.api(f"STREAM.INFO.KV_{name}").get("cluster") or {}).get("leader"), timeout=30,
+                   what=f"a leader of KV_{name}")
     for key, value in PREPARED:
         client.run(kv.put(key, value))
     if batched:
