@@ -136,9 +136,19 @@ def test_a_streaming_snapshot_on_a_lagging_replica_reads_every_key(nats_cluster,
                   "pending 0, confirmed with the leader)")
             client.close()
         finally:
-            leader_client.api(f"STREAM.DELETE.{stream}")
+            # Clean-up, asked again while the cluster is still electing after the freezes (a 10 s timeout
+            # failed the test once in CI, after its reads had passed).
+            wait_until(lambda stream=stream: _deleted(leader_client, stream), timeout=60, what=f"{stream} deleted")
         if met or wrong:
             break
     leader_client.close()
     assert wrong == 0, f"{wrong} of {reads} snapshot reads did not end with the bucket's state"
     assert met, "no snapshot's consumer was placed on the lagging follower in six rounds"
+
+
+def _deleted(client, stream: str) -> bool:
+    try:
+        reply = client.api(f"STREAM.DELETE.{stream}")
+    except Exception:  # noqa: BLE001 - no reply yet: asked again
+        return False
+    return reply.get("success") is True or (reply.get("error") or {}).get("err_code") == 10059
