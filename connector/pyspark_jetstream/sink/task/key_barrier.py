@@ -23,20 +23,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ...protocol.headers import EXPECTED_LAST_SUBJECT_SEQUENCE
+from ..publish.moves import is_conditional as is_checked  # a checked row: it expects its key's last revision
 
 MAX_KEYS = 100_000
 """Keys remembered since the last drain; one more makes the next row wait for a drain."""
-
-_CHECKED = f"\r\n{EXPECTED_LAST_SUBJECT_SEQUENCE}:".encode()
-
-
-def is_checked(sent: tuple) -> bool:
-    """Whether a frame (OutFrame layout) expects its key's last revision: the header searched in its
-    header block only (a payload may hold anything)."""
-    frame, header_len, payload_len = sent[1], sent[5], sent[6]
-    end = len(frame) - 2 - payload_len
-    return header_len > 0 and frame.find(_CHECKED, end - header_len, end) >= 0
 
 
 class KeyBarrier:

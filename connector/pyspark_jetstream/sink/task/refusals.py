@@ -44,7 +44,6 @@ class Refusals:
         self._streams_near: dict[str, list[tuple[str, list[str]]] | None] = {}  # see _where_subjects_go
         self._not_yet: dict[int, float] = {}  # position: when the row was first answered "not yet" (again)
         self._not_yet_rounds = 0
-        self.not_yet = 0  # rows sent again after a "not yet"
 
     def settle(self) -> bool:
         """Turn the publishes the server refused since the last call into dead letters (or a failure);
@@ -112,7 +111,6 @@ class Refusals:
             await self.task.pub.publish([tuple(f.sent) for f in retry])
 
         runtime.run(send_again())
-        self.not_yet += len(retry)
         again = {f.position for f in retry}
         return [f for f in failures if f.position not in again]
 
