@@ -115,7 +115,7 @@ async def _retry(fake: MortalStream, records: bool) -> Publisher:
         stored[base_id(msg_id)] = (*stored.get(base_id(msg_id), ()), seq)
     retry = RetryMoves(stored, False, "attempt-2", False)
     pub = await Publisher(fake, max_pending=16, ack_timeout=5.0, idempotent=True, ordered_stream=STREAM,
-                          move_base=retry.move_base, after_retry=True, replayed=True).start()
+                          move_base=retry.move_base, after_retry=True).start()
     try:
         frames = retry.in_order_behind(_task(pub), set(stored), None, pub)
         if frames:

@@ -14,9 +14,9 @@ import base64
 import json
 from collections import Counter
 
+from pyspark_jetstream.client import transport as transport_module
 from pyspark_jetstream.protocol.frames import hpub_frame
 from pyspark_jetstream.sink.encode.msg_ids import base_id
-from pyspark_jetstream.sink.publish import publisher as publisher_module
 from pyspark_jetstream.sink.publish import recovery
 from pyspark_jetstream.sink.publish.publisher import Publisher
 from pyspark_jetstream.sink.publish.recovery import OrderBook
@@ -151,8 +151,8 @@ def _install(monkeypatch, fake: FakeClusteredStream) -> None:
     async def unsubscribe(nc, sub):
         fake.handler = None
 
-    monkeypatch.setattr(publisher_module, "raw_subscribe", subscribe)
-    monkeypatch.setattr(publisher_module, "raw_unsubscribe", unsubscribe)
+    monkeypatch.setattr(transport_module, "raw_subscribe", subscribe)
+    monkeypatch.setattr(transport_module, "raw_unsubscribe", unsubscribe)
     monkeypatch.setattr(replay_guard, "stored_sequences", fake.stored_sequences)
     monkeypatch.setattr(replay_guard, "moved_copies", fake.moved_copies)
     monkeypatch.setattr(recovery, "QUIET", 0.1)  # the quiet period, short: the fake answers at once

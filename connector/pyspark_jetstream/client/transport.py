@@ -1,11 +1,13 @@
-"""What a fast-ingest publisher needs of the network, behind one small interface (issue #54).
+"""What a publisher needs of the network, behind one small interface (issue #54).
 
 :class:`Transport` is the whole of it: an inbox, one raw subscription for the answers, frames sent (and
 taken back after a failure), whether the connection is closed or goes to a cluster, and a listener told
 when it closes. :class:`NatsTransport` is the one over a nats-py connection (through
 :mod:`.nats_internals`, the one module that owns nats-py's internals); the fault-schedule harness
-(tests/unit/fast_ingest_model.py) is the other, a model of the server's answers, so the publisher's rare
-branches run thousands of times without a server.
+(tests/unit/fast_ingest_model.py, tests/unit/per_row_model.py) is the other, a model of the server's answers,
+so the publishers' rare branches run thousands of times without a server. Both the per-row
+:class:`~pyspark_jetstream.sink.publish.publisher.Publisher` and the
+:class:`~pyspark_jetstream.client.fast_publisher.FastPublisher` send through it.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ Answer = Callable[[bytes, bytes, bytes, "bytes | None"], None]
 
 
 class Transport(ABC):
-    """The network as a fast-ingest publisher sees it (module docstring)."""
+    """The network as a publisher sees it (module docstring)."""
 
     @abstractmethod
     def new_inbox(self) -> str: ...

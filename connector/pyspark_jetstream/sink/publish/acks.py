@@ -18,12 +18,12 @@ replies needs of them is bound to locals once per run, not looked up per reply.
 from __future__ import annotations
 
 import re
-import time
 from dataclasses import dataclass
 from itertools import repeat
 
 from ...protocol.headers import parse_status
 from ...protocol.puback import DUPLICATE, ERROR, all_plain, id_in_process, may_be_plain, parse_puback
+from .window import clock
 
 DEAD_LETTER_TAG = "d"
 """Reply-token prefix that marks a dead-letter publish (``<inbox>.d<position>``)."""
@@ -105,7 +105,7 @@ class AckTracker:
         ordered = recovery.ordered
         last_in_order = None  # ordered: the body of the run's last ack settled in order
         if ordered:
-            recovery.last_reply = time.monotonic()
+            recovery.last_reply = clock()
             book = recovery.book
             pending = book.pending
             in_order = recovery.in_order()
@@ -199,6 +199,7 @@ class AckTracker:
     def _fail(self, token: str, sent: tuple, code: int, err_code, description: str, dead_letter: bool) -> None:
         self._pub.window.first_503.pop(token, None)
         if not dead_letter and self._pub.mover.keep_refused(token):
-            return  # a moved copy refused: the row's old copy stands (moves.py)
+            self.stored += 1  # a moved copy refused: the row's old copy stands (moves.py), stored as it was
+            return
         position = int(token[1:] if dead_letter else token)
         self.failures.append(AckFailure(position, sent, code, err_code, description, dead_letter))

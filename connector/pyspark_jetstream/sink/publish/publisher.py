@@ -43,17 +43,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
 
-from ...client.nats_internals import raw_subscribe, raw_unsubscribe
-from ...client.outbox import Outbox
+from ...client.transport import NatsTransport, Transport
 from ...errors import AckTimeoutError, JetStreamConnectorError
 from ..encode.frames import ReplyForm
 from .acks import DEAD_LETTER_TAG, AckTracker
 from .moves import Mover
 from .recovery import OrderedRecovery
 from .row_publisher import RowPublisher
-from .window import Window
+from .window import Window, clock
 
 RETRY_503_INTERVAL = 0.25
 """Seconds between resends of frames answered by 503 in a cluster (nats.go's publish retry wait)."""
@@ -67,20 +65,18 @@ class Publisher(RowPublisher):
 
     def __init__(self, nc, *, max_pending: int, ack_timeout: float, idempotent: bool = False,
                  ordered_stream: str | None = None, api_prefix: str = "$JS.API", bucket: bool = False,
-                 move_base: int = 0, after_retry: bool = False, replayed: bool = False,
-                 target: str = "the target stream") -> None:
-        self._nc = nc
+                 move_base: int = 0, after_retry: bool = False,
+                 target: str = "the target stream", transport: Transport | None = None) -> None:
+        self._net = transport if transport is not None else NatsTransport(nc)  # frames out, PubAcks in
         self._idempotent = idempotent
-        from ...client.nats_internals import is_clustered
-
-        self.window = Window(max_pending, ack_timeout, is_clustered(nc))
+        self.window = Window(max_pending, ack_timeout, self._net.clustered)
         self.target = target  # named in the logs of an outage
         self.low_water = self.window.low_water
         self.acks = AckTracker(self)
         # Ordered recovery (recovery's docstring): every frame to one stream, ids to resend safely, a cluster; or
         # a retried attempt without replay records, on any server (recovery.OrderBook.stored_behind).
         ordered = ordered_stream is not None and idempotent and (self.window.retry_503 or after_retry)
-        self.recovery = OrderedRecovery(self, ordered_stream, api_prefix, ordered, after_retry, replayed)
+        self.recovery = OrderedRecovery(self, nc, ordered_stream, api_prefix, ordered, after_retry)
         self.mover = Mover(nc, ordered_stream, api_prefix, bucket, ack_timeout, move_base)
         self._retry_due: set[str] = set()
         self._retry_task: asyncio.Task | None = None
@@ -90,17 +86,14 @@ class Publisher(RowPublisher):
         self._sub = None
         self.reply_prefix = ""
         self._closed: str | None = None  # why the connection closed for good, once it has
-        self._outbox = Outbox(nc)  # what nats-py may still hold of ours while the connection is down
 
     async def start(self) -> Publisher:
-        from ...client.nats_internals import events_of
-
-        events_of(self._nc).listeners.add(self)
-        inbox = self._nc.new_inbox()
+        self._net.watch(self)
+        inbox = self._net.new_inbox()
         self.reply_prefix = inbox + "."
         self.window.prefix_len = len(self.reply_prefix)
         # PubAcks arrive as raw frames, straight from nats-py's parser: no Msg, queue or task per ack.
-        self._sub = await raw_subscribe(self._nc, inbox + ".*", self.acks.on_frame, self.acks.on_frames)
+        self._sub = await self._net.subscribe(inbox + ".*", self.acks.on_frame, self.acks.on_frames)
         return self
 
     # The counters the task reads, each owned by the part that counts it (the task takes the failures it settles).
@@ -132,7 +125,7 @@ class Publisher(RowPublisher):
 
     def schedule_retry(self, token: str) -> bool:
         """Queue ``token`` for a resend unless its 503s have lasted ``ackTimeout``."""
-        now = time.monotonic()
+        now = clock()
         first = self.window.first_503.setdefault(token, now)
         if now - first >= self.window.ack_timeout:
             return False
@@ -149,10 +142,10 @@ class Publisher(RowPublisher):
 
     async def send(self, buffer: bytes) -> None:
         """Hand ``buffer`` to the connection, remembering it until nats-py has written it (see :meth:`abort`)."""
-        await self._outbox.send(buffer)
+        await self._net.send(buffer)
 
     async def _resend(self, tokens: list[str]) -> None:
-        if not tokens or self._nc.is_closed:
+        if not tokens or self._net.closed:
             return
         self.resent += len(tokens)
         await self.send(b"".join(self.window.inflight[token][1] for token in tokens))
@@ -203,7 +196,7 @@ class Publisher(RowPublisher):
             try:
                 await asyncio.wait_for(event.wait(), timeout=1.0)
             except asyncio.TimeoutError:
-                now = time.monotonic()
+                now = clock()
                 idle = now - self.window.last_progress
                 if (self._idempotent and self.window.retry_503 and idle >= RESEND_AFTER_SILENCE
                         and now - self._last_resend >= RESEND_AFTER_SILENCE):
@@ -229,7 +222,7 @@ class Publisher(RowPublisher):
     async def publish(self, frames: list[tuple], *, dead_letter: bool = False) -> None:
         """Hand ``frames`` (each in the :class:`~pyspark_jetstream.sink.encode.frames.OutFrame` layout:
         position, frame, subject, ...) to the connection, never exceeding the window of pending acks."""
-        if self._nc.is_closed or self._closed is not None:
+        if self._net.closed or self._closed is not None:
             self._closed = self._closed or "the connection was closed"
             raise self._closed_error()
         tag = DEAD_LETTER_TAG if dead_letter else ""
@@ -239,13 +232,13 @@ class Publisher(RowPublisher):
         i, total = 0, len(frames)
         while i < total:
             if not may_send.is_set():  # an ordered recovery is under way: nothing new goes out
-                self.window.last_progress = time.monotonic()
+                self.window.last_progress = clock()
                 await self._wait(may_send, "recovering the order after a leader change")
                 continue
             room = self.window.max_pending - len(inflight)
             if room <= 0:
                 self.window.room.clear()
-                self.window.last_progress = time.monotonic()
+                self.window.last_progress = clock()
                 await self._wait(self.window.room, "window full")
                 continue
             chunk = frames[i : i + room]
@@ -262,7 +255,7 @@ class Publisher(RowPublisher):
         """Wait until every published frame has its PubAck (or ``ackTimeout`` passes without progress),
         and an ordered recovery under way has ended: the PubAck that empties the window can come before
         its order check, which may move frames yet."""
-        self.window.last_progress = time.monotonic()
+        self.window.last_progress = clock()
         while True:
             if self.window.inflight:
                 self.window.done.clear()
@@ -276,17 +269,15 @@ class Publisher(RowPublisher):
     async def abort(self) -> None:
         """Close after the task failed: frames nats-py still holds (the connection is down) are
         dropped, so that they are not published after the reconnect, behind the task's back."""
-        self._outbox.take_back()
+        self._net.take_back()
         await self.close()
 
     async def close(self) -> None:
-        from ...client.nats_internals import events_of
-
-        events_of(self._nc).listeners.discard(self)
+        self._net.unwatch(self)
         for task in list(self._tasks):
             task.cancel()
         if self._sub is not None:
             # The connection may already be gone; then there is nothing left to release.
             with contextlib.suppress(Exception):
-                await raw_unsubscribe(self._nc, self._sub)
+                await self._net.unsubscribe(self._sub)
             self._sub = None

@@ -21,11 +21,11 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import time
 
 from ...protocol.puback import id_in_process, may_be_plain
 from .acks import ACK_SEQ, DEAD_LETTER_TAG, status_of
 from .moves import is_conditional
+from .window import clock
 
 QUIET = 0.5
 """Seconds without any reply after which an ordered recovery takes the frames still unanswered as lost."""
@@ -121,9 +121,10 @@ class OrderBook:
 class OrderedRecovery:
     """The ordered publisher's repair rounds, and what it remembers for them (``book``) (module docstring)."""
 
-    def __init__(self, pub, ordered_stream: str | None, api_prefix: str, ordered: bool,
-                 after_retry: bool = False, replayed: bool = False) -> None:
+    def __init__(self, pub, nc, ordered_stream: str | None, api_prefix: str, ordered: bool,
+                 after_retry: bool = False) -> None:
         self._pub = pub
+        self._nc = nc  # the stream reads (replay_guard)
         self.ordered = ordered  # publisher.__init__ says when
         self.book = OrderBook(ordered and after_retry)
         self._stream, self._api_prefix = ordered_stream, api_prefix
@@ -131,12 +132,9 @@ class OrderedRecovery:
         self.may_send = asyncio.Event()  # cleared while a recovery runs: nothing new goes out
         self.may_send.set()
         self._task: asyncio.Task | None = None
-        self.last_reply = time.monotonic()
+        self.last_reply = clock()
         self._rounds = 0  # numbers the moved copies of each round (Mover.renamed)
         self._again = False
-        # A retry: whether every duplicate PubAck is in doubt (``replayed``: the replay records found no copy of
-        # the row; _check_duplicates).
-        self._verify_dups = replayed and self.book.tops is not None
         self.restored = 0  # rows whose copy a cut-short move had deleted, published again
 
     def on_ordered_ack(self, token: str, data: bytes, headers: bytes | None) -> None:
@@ -171,8 +169,8 @@ class OrderedRecovery:
                     if book.stored_behind(token, send_no, sent, seq):
                         overtook = True  # a recovery moves it (and its subject's later frames) behind the top
                     duplicate = b'"duplicate"' in data
-                    if duplicate and self._verify_dups:
-                        overtook = True  # a copy the replay records did not find: checked (_check_duplicates)
+                    if duplicate:
+                        overtook = True  # a copy an earlier attempt stored, perhaps moved since: checked (_check_duplicates)
                 if overtook or book.stored_recent or not calm:
                     book.remember(token, send_no, sent, seq)
                     if duplicate:
@@ -251,7 +249,7 @@ class OrderedRecovery:
                 continue  # their answers, then the order check
             moved = reorder.ahead(stored)
             if self.book.tops is not None and self.book.dup_tokens:
-                if await self._check_duplicates({s.token for s in moved}):
+                if await self._check_duplicates():
                     continue  # rows whose copy was gone went out again: their answers, then the order check
                 moved = reorder.ahead(reorder.Stored(t, e[1], e[2], e[3]) for t, e in self.book.stored_recent.items())
             if not moved:
@@ -279,14 +277,15 @@ class OrderedRecovery:
         pub.acks.stored -= len(again)
         return again, first_sends
 
-    async def _check_duplicates(self, flagged: set[str]) -> bool:
+    async def _check_duplicates(self) -> bool:
         """A retried attempt (``book.tops``): the remembered frames whose sequence a duplicate PubAck gave (a copy an
-        earlier attempt stored) that are to move (``flagged``), or all of them when the replay records told this
-        attempt what was stored (``_verify_dups``: a duplicate then names a copy the records did not find),
-        checked in the target (:meth:`.moves.Mover.finish_moves`). One that a moved copy stands for is taken as
+        earlier attempt stored), checked in the target (:meth:`.moves.Mover.finish_moves`): the earlier attempt
+        may have moved the row since (its moved copy stored, the old one not yet deleted when it died), whether
+        or not the old copy looks out of order; every duplicate, as the fault schedules showed (issue #54:
+        a row stored twice when only the ones to move were checked). One that a moved copy stands for is taken as
         stored there; one whose copy is gone is sent again under a moved id, and its duplicate does not count.
         Whether rows went out again (their answers come before the order check)."""
-        suspects = [t for t in self.book.dup_tokens if t in self.book.stored_recent and (self._verify_dups or t in flagged)]
+        suspects = [t for t in self.book.dup_tokens if t in self.book.stored_recent]
         if not suspects:
             return False
         pub = self._pub
@@ -318,7 +317,7 @@ class OrderedRecovery:
             self.book.pending = collections.OrderedDict(sorted(self.book.pending.items(), key=lambda item: item[1]))
         pub.window.done.clear()
         pub.resent += len(tokens)
-        self.last_reply = time.monotonic()
+        self.last_reply = clock()
         await pub.send(b"".join(pub.window.inflight[t][1] for t in tokens))  # progress is a PubAck, not a resend
 
     async def _find_stored(self, tokens: list[str]) -> list[str]:
@@ -337,7 +336,7 @@ class OrderedRecovery:
         wanted = {inflight[t][4]: t for t in tokens if inflight[t][4]}
         if not wanted:
             return tokens
-        found = await stored_sequences(pub._nc, self._stream, self._api_prefix, floor, set(wanted),
+        found = await stored_sequences(self._nc, self._stream, self._api_prefix, floor, set(wanted),
                                        deadline=pub.window.ack_timeout)
         for msg_id, seq in found.items():
             token = wanted[msg_id]
@@ -350,8 +349,8 @@ class OrderedRecovery:
 
     async def _quiet(self) -> None:
         """Until every frame in flight is answered, or no answer came for :data:`QUIET` seconds."""
-        started = time.monotonic()
-        while self.book.pending and time.monotonic() - self.last_reply < QUIET:
-            if time.monotonic() - started > self._pub.window.ack_timeout:
+        started = clock()
+        while self.book.pending and clock() - self.last_reply < QUIET:
+            if clock() - started > self._pub.window.ack_timeout:
                 return
             await asyncio.sleep(QUIET / 5)

@@ -15,6 +15,15 @@ from ...logs import get_logger
 log = get_logger("sink")
 
 
+def clock() -> float:
+    """The clock the per-row publisher's waits are kept by: the running event loop's (``time.monotonic`` on a
+    real loop; the fault-schedule harness runs it on virtual time), or ``time.monotonic`` outside a loop."""
+    try:
+        return asyncio.get_running_loop().time()
+    except RuntimeError:
+        return time.monotonic()
+
+
 class Window:
     """Frames in flight (``inflight``: reply token -> the frame, OutFrame layout), at most ``max_pending``;
     ``room`` is set once they are down to ``low_water``, ``done`` once none is left; ``first_503``: when each
@@ -35,7 +44,7 @@ class Window:
         self.done = asyncio.Event()
         self.done.set()
         self.send_error: BaseException | None = None
-        self.last_progress = time.monotonic()
+        self.last_progress = clock()
         self.prefix_len = 0  # of the reply subjects, ``<inbox>.``: a PubAck's token follows it
         self.eases = 0  # how many times frames left the window (answers came)
         self._quiet: tuple[float, int] | None = None  # since when, and at which ease, answers stopped (said so)
@@ -43,19 +52,19 @@ class Window:
     def quiet(self, why: str, target: str) -> None:
         """No answer (a 503 while a leader is elected, or silence): one WARNING per outage, not per resend."""
         if self._quiet is None:
-            self._quiet = (time.monotonic(), self.eases)
+            self._quiet = (clock(), self.eases)
             log.warning("JetStream sink: %s did not answer (%s); publishing again for up to %gs (option "
                         "'ackTimeout')", target, why, self.ack_timeout)
 
     def check_answers(self, target: str) -> None:
         """After :meth:`quiet`: one INFO once answers come again, with how long they took."""
         if self._quiet is not None and self.eases > self._quiet[1]:
-            log.info("JetStream sink: %s answers again, after %.1fs", target, time.monotonic() - self._quiet[0])
+            log.info("JetStream sink: %s answers again, after %.1fs", target, clock() - self._quiet[0])
             self._quiet = None
 
     def eased(self) -> None:
         """Frames left the window: progress; room once it is down to ``low_water``; done once it is empty."""
-        self.last_progress = time.monotonic()
+        self.last_progress = clock()
         self.eases += 1
         left = len(self.inflight)
         if left <= self.low_water:

@@ -57,13 +57,12 @@ def slices(batch: Any, step: int) -> list[Any]:
     return [batch.slice(offset, step) for offset in range(0, batch.num_rows, step)]
 
 
-def open_publisher(opts: Any, move_base: int, after_retry: bool = False, replayed: bool = False,
+def open_publisher(opts: Any, move_base: int, after_retry: bool = False,
                    batched_to: tuple[str, ...] | None = None) -> RowPublisher:
     """The task's publisher on the executor's shared connection; with ``order=subject`` its ordered recovery
     repairs a subject's order after a leader change (publish/recovery.py), and in a retried attempt
     (``after_retry``) moves the rows its predecessor stored ahead of a missing one and checks that a duplicate
-    PubAck names a copy that is still there (``replayed``: every duplicate, the replay records having found no
-    copy of the row; publish/moves.py). ``batched_to``: the target stream's subjects, to publish in
+    PubAck names a copy that is still there, or one its moved copy stands for (publish/moves.py). ``batched_to``: the target stream's subjects, to publish in
     fast-ingest batches (publish/batched.py: a batch stores a prefix of its rows, so there is nothing to
     repair or move)."""
     target = kv.stream_name(opts.bucket) if opts.bucket is not None else opts.stream
@@ -74,7 +73,7 @@ def open_publisher(opts: Any, move_base: int, after_retry: bool = False, replaye
         pub = await Publisher(
             nc, max_pending=opts.max_pending_acks, ack_timeout=opts.ack_timeout, idempotent=opts.idempotent,
             ordered_stream=ordered, api_prefix=opts.api_prefix, bucket=opts.bucket is not None,
-            move_base=move_base, after_retry=after_retry, replayed=replayed,
+            move_base=move_base, after_retry=after_retry,
             target=f"stream '{target}'" if target else "the target stream",
         ).start()
         if batched_to is None:
@@ -136,8 +135,7 @@ class WriteTask:
             move_base, after_retry = retried_attempt()  # no replay records: its PubAcks tell (publish/recovery.py)
         elif self.retry is not None and checked:
             after_retry = True  # a duplicate of a row the records did not find: its copy may be gone (moves.py)
-        self.pub = open_publisher(opts, move_base, after_retry, replayed=self.retry is not None,
-                                  batched_to=batched_to)
+        self.pub = open_publisher(opts, move_base, after_retry, batched_to=batched_to)
         self.refusals = Refusals(self)
         # A bucket write's checked rows wait for their key's earlier rows (key_barrier.py); sequenceBy
         # writes a key once per task and settles its own compare-and-set refusals.
