@@ -26,6 +26,7 @@ from .errors import (
     StreamRecreatedError,
 )
 from .threads import bind_session_to_thread
+from .write_check import check_write
 
 DefaultSource = JetStreamDataSource
 
@@ -48,4 +49,5 @@ __all__ = [
     "StreamConfigError",
     "StreamRecreatedError",
     "bind_session_to_thread",
+    "check_write",
 ]

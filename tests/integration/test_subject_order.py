@@ -284,6 +284,30 @@ def test_a_narrow_streaming_copy_is_refused_at_one_message_as_at_many(spark, nat
     assert nats_client.stored_count(target) == 0
 
 
+def test_a_filter_republished_as_a_kafka_user_writes_it_runs_in_order(spark, nats_server, nats_client, stream_name,
+                                                                       tmp_path):
+    """Issue #56, point 4: a streaming read with the default options, filtered, and published to another stream
+    with `subject` and `data` only (no `seq`, no shuffle), as a Kafka user writes it, runs and keeps each
+    subject's order: a streaming read is one partition unless `numPartitions` says otherwise (a stream is one
+    log). Before, the read was split in as many ranges as the driver has cores, and the query died with an
+    OrderError at its first micro-batch with data. nats-py is the judge of both ends."""
+    source, target = stream_name + "S", stream_name + "T"
+    nats_client.add_stream(source, [f"{source}.>"])
+    nats_client.add_stream(target, [f"{target}.>"])
+    subjects = [f"{source}.dev{i}" for i in range(20)]
+    _interleaved(nats_client, subjects, 50)
+    read = (spark.readStream.format("jetstream").option("servers", nats_server.url).option("stream", source)
+            .option("startingOffsets", "earliest").load())
+    alerts = (read.where(~F.col("data").cast("string").endswith(":3"))  # a stateless filter
+              .select(F.concat(F.lit(f"{target}."), F.col("subject")).alias("subject"), "data"))
+    query = (alerts.writeStream.format("jetstream").option("servers", nats_server.url).option("stream", target)
+             .option("checkpointLocation", str(tmp_path / "filter")).trigger(availableNow=True).start())
+    assert query.awaitTermination(180), "the query did not finish within 180s"
+    assert query.exception() is None
+    expected = {s: [m for m in data if not m.endswith(b":3")] for s, data in _by_subject(nats_client.messages(source)).items()}
+    assert _by_subject(nats_client.messages(target), f"{target}.") == expected
+
+
 def test_coalesce_1_after_a_read_split_in_ranges_publishes_every_subject_in_order(spark, nats_server, nats_client,
                                                                                    stream_name):
     """One task that reads every range of the read (``coalesce(1)``) has each subject's rows in source

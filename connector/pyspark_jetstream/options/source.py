@@ -128,9 +128,10 @@ SOURCE_OPTIONS: tuple[OptionSpec, ...] = (
                "Streaming, with `minMessagesPerTrigger`: the longest a micro-batch waits for that many sequences.",
                parse_duration_seconds(1.0)),
     OptionSpec("numPartitions", None, "Expected an integer from 1 to 10000.",
-               "Spark partitions per micro-batch (see `split`). Default: the driver host's core count. The count "
-               "is recorded with each offset, so a replayed micro-batch is split exactly as its first attempt "
-               "was.", parse_int_range(1, 10_000)),
+               "Spark partitions per read (see `split`). Default: 1 for a streaming read (a stream is one log, "
+               "as a Kafka topic of one partition: a copy straight from it keeps each subject's order), the "
+               "driver host's core count for a batch read. The count is recorded with each offset, so a "
+               "replayed micro-batch is split exactly as its first attempt was.", parse_int_range(1, 10_000)),
     OptionSpec("split", "sequence", "Expected 'sequence' or 'subject'.",
                "How a read is split into partitions. `sequence`: contiguous sequence ranges, each message "
                "delivered once, whatever the subjects; a copy keeps each subject's order through "
@@ -356,7 +357,7 @@ def parse_source_options(raw: Mapping[str, str], *, streaming: bool | None,
     return SourceOptions(
         connection=connection, stream=stream, starting=starting, consume=consume, api_prefix=api_prefix(values),
         ending_seq=values["endingOffsets"], max_wait=values["consume.maxWait"], keys=keys,
-        num_partitions=values["numPartitions"] or int(_default_partitions()), split_given="split" in given,
+        num_partitions=values["numPartitions"] or (1 if streaming else int(_default_partitions())), split_given="split" in given,
         subjects=values["subjects"] if keys is None else tuple(f"$KV.{values['bucket']}.{k}" for k in keys),
         **as_fields(values, "bucket", "endingTimestamp", "maxMessagesPerTrigger", "minMessagesPerTrigger",
                     "maxTriggerDelay", "split", "failOnDataLoss", "bookmarkConsumer", "includeMarkers", "batchSize",
