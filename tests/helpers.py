@@ -494,6 +494,16 @@ def kv_of(client: SyncNats, bucket: str) -> Any:
     return client.run(client.js.key_value(bucket))
 
 
+def new_bucket(client: SyncNats, name: str, **config: Any) -> Any:
+    """nats-py's ``create_key_value``, and, for a replicated bucket, its leader: a new R3 stream answers
+    publishes only once it has elected one ("no response from stream" before, under load)."""
+    kv = client.run(client.js.create_key_value(bucket=name, **config))
+    if config.get("replicas", 1) > 1:
+        wait_until(lambda: (client.api(f"STREAM.INFO.KV_{name}").get("cluster") or {}).get("leader"), timeout=30,
+                   what=f"a leader of KV_{name}")
+    return kv
+
+
 def _settled(ask: Callable[[], Any], deadline: float = 10.0) -> Any:
     """nats-py's answer once two in a row agree. nats-py 2.16's KV watcher, under ``keys()`` and
     ``history()``, can end its initial replay before deliveries already on their way and answer

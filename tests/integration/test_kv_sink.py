@@ -8,7 +8,7 @@ import datetime as dt
 import pytest
 from pyspark.errors import PySparkException
 
-from ..helpers import SyncNats, history, jetstream_writer, kv_keys, kv_of, latest, wait_until
+from ..helpers import SyncNats, history, jetstream_writer, kv_keys, kv_of, latest, new_bucket, wait_until
 
 SCHEMA = "key string, data string, operation string, ttl string"
 
@@ -315,7 +315,7 @@ def test_a_create_after_a_delete_or_purge_succeeds_as_nats_py_kv_create_does(spa
     nats_server, nats_client, replicas = where
     ours, judge = stream_name, stream_name + "J"
     for bucket in (ours, judge):
-        kv = nats_client.run(nats_client.js.create_key_value(bucket=bucket, history=5, replicas=replicas))
+        kv = new_bucket(nats_client, bucket, history=5, replicas=replicas)
         for key in ("deleted", "purged", "live"):
             nats_client.run(kv.put(key, b"v0"))
         nats_client.run(kv.delete("deleted"))

@@ -9,13 +9,13 @@ import time
 
 import pytest
 
-from ..helpers import SyncNats, kv_keys, kv_of, latest
+from ..helpers import SyncNats, kv_keys, kv_of, latest, new_bucket
 
 PUTS = [("a", b"1"), ("b", b"1"), ("a", b"2"), ("c", b"1"), ("d", b"1"), ("c", b"2"), ("e/f=g.h", b"1")]
 
 
 def _origin(client: SyncNats, name: str, replicas: int):
-    kv = client.run(client.js.create_key_value(bucket=name, history=5, replicas=replicas))
+    kv = new_bucket(client, name, history=5, replicas=replicas)
     for key, value in PUTS:
         client.run(kv.put(key, value))
     client.run(kv.delete("b"))

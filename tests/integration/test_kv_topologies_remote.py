@@ -17,7 +17,7 @@ from nats.js.kv import KeyValue
 
 from pyspark_jetstream.tools.server import EmbeddedNatsServer
 
-from ..helpers import SyncNats, _settled, kv_keys, wait_until
+from ..helpers import SyncNats, _settled, kv_keys, new_bucket, wait_until
 from .test_domains import hub_and_leaf  # noqa: F401 (a fixture)
 from .test_kv_topologies import PUTS, _origin, _read
 
@@ -193,7 +193,7 @@ def test_a_bucket_sourcing_others_through_subject_transforms_reads_as_nats_py_re
     client = SyncNats(server.url)
     try:
         _origin(client, first, replicas)
-        kv_b = client.run(client.js.create_key_value(bucket=second, history=5, replicas=replicas))
+        kv_b = new_bucket(client, second, history=5, replicas=replicas)
         for key, value in B_PUTS:
             client.run(kv_b.put(key, value))
         client.run(kv_b.delete("x"))
