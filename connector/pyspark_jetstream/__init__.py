@@ -25,6 +25,7 @@ from .errors import (
     StreamConfigError,
     StreamRecreatedError,
 )
+from .lookup import lookup
 from .threads import bind_session_to_thread
 from .write_check import check_write
 
@@ -50,4 +51,5 @@ __all__ = [
     "StreamRecreatedError",
     "bind_session_to_thread",
     "check_write",
+    "lookup",
 ]

@@ -206,3 +206,12 @@ def test_spark_connect_example_against_a_server_started_as_its_docstring_says(tm
     assert [(int(s), int(c), int(i), t) for s, c, i, t in reads] == [
         (i + 1, i % 3, i, "1h" if i % 2 else "None") for i in range(6)], out
     assert "Streaming copy: 6 messages in CONNECT_ORDERS_COPY after 2 micro-batches" in out
+
+
+def test_enrich_readings_joins_every_reading_with_its_device_through_spark_connect():
+    """Issue #55: the lookup join from a Spark Connect session (an in-process Connect server): every reading
+    enriched, the unknown device's row kept with nulls, the moved device seen at its new site from the move
+    on, and a lookup pinned to the sequence before the move reading the old site."""
+    out = _run_example("enrich_readings.py", "--remote", "local[2]", timeout=400).stdout
+    result = json.loads(out.strip().splitlines()[-1])
+    assert result == {"enriched": 1000, "unknown": 1, "moved": 20, "site_then": "site-3", "batches": 3}, out[-2000:]

@@ -31,7 +31,7 @@ LAYERS = {
     "options": 2,
     "client": 3, "spark_api": 3, "task_notes": 3,
     "source": 4, "sink": 4,
-    "datasource": 5, "progress": 5, "write_check": 5,
+    "datasource": 5, "progress": 5, "write_check": 5, "lookup": 5,
     "tools": 6, "__init__": 6,
 }
 

@@ -126,25 +126,31 @@ async def leader_last(nc, stream: str, subject: str, *, prefix: str = API_PREFIX
 
 
 async def last_of_subjects(nc, stream: str, subjects: list[str], *, up_to: int | None = None,
-                           prefix: str = API_PREFIX, timeout: float = 10.0,
-                           patience: float = 30.0) -> list[DirectMessage]:
+                           prefix: str = API_PREFIX, timeout: float = 10.0, patience: float = 30.0,
+                           newer: bool = True, window: int = 1) -> list[DirectMessage]:
     """The last message at ``up_to`` (None or 0: now) of each of ``subjects`` (literal subjects) that
-    has one, in stream order per request.
+    has one, in stream order per request; ``window`` requests in flight at once.
 
     A subject the direct gets find nothing for at ``up_to`` is looked up on the leader: absent there,
     it has no message; found at or before ``up_to``, the direct get was answered by a store behind
     ``up_to`` and the leader's message is the answer; found after it, the subject was written since,
     and its value at ``up_to`` may be gone (a bucket that keeps one value per key): its newer message
-    is the answer (a key is never left out while it exists)."""
-    out: list[DirectMessage] = []
+    is the answer (a key is never left out while it exists), unless ``newer`` is off (a lookup pinned to
+    ``up_to``: the subject had no message there that the stream still holds)."""
     gate = asyncio.Semaphore(LEADER_WINDOW)
+    requests = asyncio.Semaphore(window)
 
     async def confirm(subject: str) -> DirectMessage | None:
         async with gate:
-            return await leader_last(nc, stream, subject, prefix=prefix, timeout=timeout)
+            found = await leader_last(nc, stream, subject, prefix=prefix, timeout=timeout)
+        return found if found is None or newer or not up_to or found.seq <= up_to else None
 
-    for i in range(0, len(subjects), MULTI_LAST_MAX):
-        found, missing = await _direct(nc, stream, subjects[i:i + MULTI_LAST_MAX], up_to, prefix, timeout, patience)
+    async def chunk(asked: list[str]) -> list[DirectMessage]:
+        async with requests:
+            found, missing = await _direct(nc, stream, asked, up_to, prefix, timeout, patience)
         confirmed = await asyncio.gather(*(confirm(s) for s in missing))
-        out.extend(sorted([*found.values(), *(m for m in confirmed if m is not None)], key=lambda m: m.seq))
-    return out
+        return sorted([*found.values(), *(m for m in confirmed if m is not None)], key=lambda m: m.seq)
+
+    answers = await asyncio.gather(*(chunk(subjects[i:i + MULTI_LAST_MAX])
+                                     for i in range(0, len(subjects), MULTI_LAST_MAX)))
+    return [m for answer in answers for m in answer]

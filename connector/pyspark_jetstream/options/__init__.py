@@ -2,7 +2,8 @@
 
 * :mod:`.spec`: the machinery (one option's spec, value parsers, the table parser, secrets, Kafka hints);
 * :mod:`.connection`: servers, authentication, TLS and the JetStream API prefix, for both directions;
-* :mod:`.source`: reads of a stream or a bucket; :mod:`.sink`: writes to a stream; :mod:`.kv`: writes to a bucket.
+* :mod:`.source`: reads of a stream or a bucket; :mod:`.sink`: writes to a stream; :mod:`.kv`: writes to a bucket;
+  :mod:`.lookup`: a DataFrame joined with a bucket's values.
 
 Each table (``CONNECTION_OPTIONS``, ``SOURCE_OPTIONS``, ``SINK_OPTIONS``, ``KV_SINK_OPTIONS``) is the
 reference for its options: the tables in ``docs/`` are generated from them and a test keeps them in
@@ -16,6 +17,7 @@ from collections.abc import Mapping
 
 from .connection import CONNECTION_OPTIONS, ConnectionOptions
 from .kv import KV_SINK_OPTIONS
+from .lookup import LOOKUP_OPTIONS, LookupOptions, parse_lookup_options
 from .sink import SINK_OPTIONS, SinkOptions, check_write_has_options
 from .sink import parse_sink_options as _parse_sink
 from .source import SOURCE_OPTIONS, SourceOptions, StartingPosition
@@ -23,9 +25,9 @@ from .source import parse_source_options as _parse_source
 from .spec import OptionSpec, Secret
 
 __all__ = [
-    "CONNECTION_OPTIONS", "KV_SINK_OPTIONS", "SINK_OPTIONS", "SOURCE_OPTIONS", "ConnectionOptions", "OptionSpec",
+    "CONNECTION_OPTIONS", "KV_SINK_OPTIONS", "LOOKUP_OPTIONS", "LookupOptions", "SINK_OPTIONS", "SOURCE_OPTIONS", "ConnectionOptions", "OptionSpec",
     "Secret", "SinkOptions", "SourceOptions", "StartingPosition", "check_write_has_options", "parse_sink_options",
-    "parse_source_options",
+    "parse_lookup_options", "parse_source_options",
 ]
 
 

@@ -5,7 +5,7 @@
     python -m pyspark_jetstream.tools.docs --check docs/source.md ...  # only these files
 
 Run it from the repository's root. Each table sits between ``<!-- options:NAME -->`` and
-``<!-- /options:NAME -->`` (NAME: ``connection``, ``source``, ``sink`` or ``kv_sink``) in whichever
+``<!-- /options:NAME -->`` (NAME: ``connection``, ``source``, ``sink``, ``kv_sink`` or ``lookup``) in whichever
 Markdown file documents it; every table must be in at least one of the files given (or found), and
 a block naming no known table is an error. A test runs the check, so the documentation and the code
 cannot drift apart.
@@ -18,13 +18,21 @@ import sys
 from collections.abc import Iterable
 from pathlib import Path
 
-from ..options import CONNECTION_OPTIONS, KV_SINK_OPTIONS, SINK_OPTIONS, SOURCE_OPTIONS, OptionSpec
+from ..options import (
+    CONNECTION_OPTIONS,
+    KV_SINK_OPTIONS,
+    LOOKUP_OPTIONS,
+    SINK_OPTIONS,
+    SOURCE_OPTIONS,
+    OptionSpec,
+)
 
 TABLES: dict[str, tuple[OptionSpec, ...]] = {
     "connection": CONNECTION_OPTIONS,
     "sink": SINK_OPTIONS,
     "kv_sink": KV_SINK_OPTIONS,
     "source": SOURCE_OPTIONS,
+    "lookup": LOOKUP_OPTIONS,
 }
 
 # A marker is a line of its own (one quoted in a sentence or in inline code is not a marker).
