@@ -883,14 +883,16 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="smaller sizes (under 3 minutes)")
     parser.add_argument("--repeat", type=int, default=3, help="runs per path; the median is kept")
     parser.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results"))
-    parser.add_argument("--only", choices=("read", "write", "copies", "sequence", "order", "pushdown", "headers"),
+    parser.add_argument("--only", choices=("read", "write", "copies", "sequence", "order", "pushdown", "headers",
+                                           "lookup"),
                         help="run one section only: 'read' (the batch and streaming reads beside raw nats-py, "
                         "header-less, the sink's headers, rich headers), 'write' (the batch writes beside raw nats-py, no streaming "
                         "write), 'copies' (the two splits, the replay records' cost), "
                         "'sequence' (a KV write with sequenceBy beside the same write without it), 'order' "
                         "(issue #32: deliveries per message, ordered copies at scale, bench_order.py), 'pushdown' "
                         "(issue #34: filter pushdown on a 1,000,000-key bucket and stream, bench_pushdown.py), 'headers' "
-                        "(issue #41: the sink's data read with and without the headers column, bench_headers.py)")
+                        "(issue #41: the sink's data read with and without the headers column, bench_headers.py), 'lookup' "
+                        "(issue #55: lookups against bucket size, a per-row kv.get, a stream-static join, bench_lookup.py)")
     args = parser.parse_args()
     quick, repeat = args.quick, (1 if args.quick else args.repeat)
 
@@ -942,6 +944,16 @@ def main() -> int:
         for title, table in tables:
             notes.insert(0, f"{title}:\n\n{table}\n")
         return _report(results, notes, started, args.out, "headers-quick" if quick else "headers", chart=False)
+
+    if args.only == "lookup":
+        import bench_lookup
+
+        started = time.perf_counter()
+        with EmbeddedNatsServer() as server:
+            results, notes, tables = bench_lookup.main(server.url, 0, quick, repeat)
+        for title, table in tables:
+            notes.insert(0, f"{title}:\n\n{table}\n")
+        return _report(results, notes, started, args.out, "lookup-quick" if quick else "lookup", chart=False)
 
     if args.only == "sequence":
         with EmbeddedNatsServer() as server:

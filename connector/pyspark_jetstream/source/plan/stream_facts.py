@@ -42,12 +42,13 @@ def ask_server(opts: SourceOptions, call: Callable[[], Coroutine[Any, Any, T]], 
     delays = jsapi.retry_delays()
     servers = opts.connection.servers
     while True:
+        asked = time.monotonic()
         try:
             result = runtime.run(call(), timeout=opts.connection.connect_timeout * 3 + 30)
         except JetStreamApiError as exc:
             if not jsapi.is_transient(exc):
                 raise
-            _silent(servers, what, exc, opts.max_wait)
+            _silent(servers, what, exc, opts.max_wait, asked)
             delay = next(delays)
             if time.monotonic() + delay > deadline:
                 raise JetStreamApiError(
@@ -66,11 +67,12 @@ _last_answer: dict[tuple[str, ...], float] = {}  # servers -> when they last ans
 _silent_since: dict[tuple[str, ...], float] = {}  # servers -> when they stopped answering (a WARNING said so)
 
 
-def _silent(servers: tuple[str, ...], what: str, exc: Exception, max_wait: float) -> None:
+def _silent(servers: tuple[str, ...], what: str, exc: Exception, max_wait: float, asked: float) -> None:
+    """The first failure of an outage (asked at ``asked``: a request unanswered for 10 s counts from then)."""
     now = time.monotonic()
     if servers in _silent_since:
         return
-    _silent_since[servers] = now
+    _silent_since[servers] = asked
     last = _last_answer.get(servers)
     log.warning("JetStream source: %s did not answer the query's planning (%s: %s)%s; asking again for up to %gs "
                 "(option 'consume.maxWait')", ", ".join(servers), what, exc.description if isinstance(
