@@ -24,10 +24,11 @@ import selectors
 from dataclasses import dataclass, field
 from typing import Any
 
-from pyspark_jetstream.client.transport import Transport
 from pyspark_jetstream.protocol import fast_ingest as fi
 from pyspark_jetstream.sink.encode.frames import ReplyForm
 from pyspark_jetstream.sink.publish.row_publisher import RowPublisher
+
+from .model_transport import ModelTransport, header
 
 
 class Hang(RuntimeError):
@@ -105,7 +106,7 @@ class Stored:
 
 
 @dataclass
-class ModelServer(Transport):
+class ModelServer(ModelTransport):
     """One stream (module docstring); what it stores is in :attr:`stored`, every frame sent in :attr:`sent`."""
 
     faults: Faults
@@ -125,41 +126,8 @@ class ModelServer(Transport):
     _listeners: set = field(default_factory=set)
     row_answer: tuple[str, int] = ("", 0)  # what the last plain publish got
 
-    # ------------------------------------------------------------- Transport
-
-    def new_inbox(self) -> str:
-        return "_INBOX.model"
-
-    async def subscribe(self, subject: str, answer: Any, answers: Any) -> Any:
-        self._handler = answer
-        return "sub"
-
-    async def unsubscribe(self, handle: Any) -> None:
-        self._handler = None
-
-    async def send(self, buffer: bytes) -> None:
-        if self.stopped:
-            self.sent_after_stop += 1
+    def _on_send(self, buffer: bytes) -> None:
         self.sent.append(buffer)
-        for subject, reply, block, payload in _frames(buffer):
-            self._arrive(subject, reply, block, payload)
-
-    def take_back(self) -> int:
-        return 0  # the model is never disconnected: nothing waits in a buffer
-
-    @property
-    def closed(self) -> bool:
-        return False
-
-    @property
-    def clustered(self) -> bool:
-        return self.is_clustered
-
-    def watch(self, listener: Any) -> None:
-        self._listeners.add(listener)
-
-    def unwatch(self, listener: Any) -> None:
-        self._listeners.discard(listener)
 
     # ------------------------------------------------------------- the stream
 
@@ -234,7 +202,7 @@ class ModelServer(Transport):
         return ("stored", seq) if seq else ("duplicate", 0)
 
     def _store(self, subject: str, block: bytes, payload: bytes) -> int:
-        msg_id = _header(block, "Nats-Msg-Id")
+        msg_id = header(block, "Nats-Msg-Id")
         if msg_id is not None and msg_id in self._ids:
             return 0  # a duplicate: skipped, counted
         if msg_id is not None:
@@ -330,25 +298,3 @@ def _split(reply: str) -> tuple[str, int, int, int] | None:
         return None
     return tokens[-6], int(tokens[-5]), int(tokens[-3]), int(tokens[-2])
 
-
-def _header(block: bytes, name: str) -> str | None:
-    for line in block.decode().split("\r\n"):
-        if line.startswith(f"{name}: "):
-            return line[len(name) + 2:]
-    return None
-
-
-def _frames(buffer: bytes):
-    """(subject, reply, header block, payload) of each PUB/HPUB frame in ``buffer``."""
-    while buffer:
-        line, _, rest = buffer.partition(b"\r\n")
-        parts = line.decode().split(" ")
-        if parts[0] == "HPUB":
-            _, subject, reply, hlen, tlen = parts
-            hlen, tlen = int(hlen), int(tlen)
-            yield subject, reply, rest[:hlen], rest[hlen:tlen]
-        else:
-            _, subject, reply, tlen = parts
-            hlen, tlen = 0, int(tlen)
-            yield subject, reply, b"", rest[:tlen]
-        buffer = rest[tlen + 2:]

@@ -26,8 +26,9 @@ import random
 from dataclasses import dataclass, field
 from typing import Any
 
-from pyspark_jetstream.client.transport import Transport
 from pyspark_jetstream.sink.encode.msg_ids import base_id
+
+from .model_transport import ModelTransport, header
 
 STREAM = "S"
 
@@ -77,7 +78,7 @@ class _Reply:
 
 
 @dataclass
-class RowStream(Transport):
+class RowStream(ModelTransport):
     """One clustered stream (module docstring): :attr:`messages` is what it holds, by sequence."""
 
     faults: RowFaults
@@ -100,42 +101,15 @@ class RowStream(Transport):
         now = asyncio.get_running_loop().time()
         self._ids = {msg_id: (seq, now) for msg_id, (seq, _) in self._ids.items()}  # the retry comes in time
 
-    # ------------------------------------------------------------- Transport
+    answers_in_runs = True
 
-    def new_inbox(self) -> str:
-        return "_INBOX.rows"
-
-    async def subscribe(self, subject: str, answer: Any, answers: Any) -> Any:
-        self._handler = answers
-        return "sub"
-
-    async def unsubscribe(self, handle: Any) -> None:
-        self._handler = None
-
-    async def send(self, buffer: bytes) -> None:
-        if self.stopped:
-            self.sent_after_stop += 1
+    def _on_send(self, buffer: bytes) -> None:
         if self.dead:
             raise Killed("the task's connection is gone")
-        for subject, reply, block, payload in frames_in(buffer):
-            self._arrive(subject, reply, block, payload)
-
-    def take_back(self) -> int:
-        return 0  # nothing waits in a buffer: a frame sent arrived (or was lost)
 
     @property
     def closed(self) -> bool:
         return self.dead
-
-    @property
-    def clustered(self) -> bool:
-        return self.is_clustered
-
-    def watch(self, listener: Any) -> None:
-        self._listeners.add(listener)
-
-    def unwatch(self, listener: Any) -> None:
-        self._listeners.discard(listener)
 
     # ------------------------------------------------------------- publishes
 
@@ -237,19 +211,3 @@ class RowStream(Transport):
                 found.setdefault(base_id(msg_id), []).append(seq)
         return found
 
-
-def header(block: bytes, name: str) -> str | None:
-    for line in block.decode().split("\r\n"):
-        if line.startswith(f"{name}: "):
-            return line[len(name) + 2:]
-    return None
-
-
-def frames_in(buffer: bytes):
-    """(subject, reply, header block, payload) of each HPUB frame in ``buffer``."""
-    while buffer:
-        line, _, rest = buffer.partition(b"\r\n")
-        _, subject, reply, hlen, tlen = line.decode().split(" ")
-        hlen, tlen = int(hlen), int(tlen)
-        yield subject, reply, rest[:hlen], rest[hlen:tlen]
-        buffer = rest[tlen + 2:]

@@ -22,25 +22,14 @@ from pyspark_jetstream.sink.publish.publisher import Publisher
 from pyspark_jetstream.sink.publish.recovery import OrderBook
 from pyspark_jetstream.sink.records import replay_guard
 
+from .model_transport import frames_in, header
+
 STREAM = "S"
 DROP, STORE, SILENT, REFUSE, NO_LEADER = "drop", "store", "silent", "refuse", "no-leader"  # one copy's fate
 
 
-def _frames(buffer: bytes):
-    """(subject, reply, header block, payload) of each HPUB frame in ``buffer``."""
-    while buffer:
-        line, _, rest = buffer.partition(b"\r\n")
-        _, subject, reply, hlen, tlen = line.decode().split(" ")
-        hlen, tlen = int(hlen), int(tlen)
-        yield subject, reply, rest[:hlen], rest[hlen:tlen]
-        buffer = rest[tlen + 2:]
-
-
-def _header(block: bytes, name: str) -> str | None:
-    for line in block.decode().split("\r\n"):
-        if line.startswith(f"{name}: "):
-            return line[len(name) + 2:]
-    return None
+_frames = frames_in
+_header = header
 
 
 def _msg_id(block: bytes) -> str:
