@@ -88,14 +88,38 @@ class LookupTask:
         source = self._source()
         schema = None
         position = 0
-        for batch in batches:
+        for group in _groups(batches):
             if schema is None:
-                schema = pa.schema([*batch.schema, *(pa.field(n, t) for n, t in value_fields(self.opts.prefix))])
-            column = batch.column(self.key_name)
+                schema = pa.schema([*group[0].schema, *(pa.field(n, t) for n, t in value_fields(self.opts.prefix))])
+            keys = pa.chunked_array([batch.column(self.key_name) for batch in group], pa.string())
             if self.opts.invalid_key == "error":
-                check_keys(column, position, self.key_name, _where())
-            yield joined(batch, self.key_name, source.found(keys_to_fetch(column)), schema, self.opts.how)
-            position += batch.num_rows
+                check_keys(keys, position, self.key_name, _where())
+            found = source.found(keys_to_fetch(keys))
+            for batch in group:
+                yield joined(batch, self.key_name, found, schema, self.opts.how)
+            position += len(keys)
+
+
+GROUP_ROWS = 65_536
+GROUP_BYTES = 32 << 20
+"""A task looks up the distinct keys of this many rows (or bytes of Arrow batches) at once: Spark hands
+``mapInArrow`` batches of ``spark.sql.execution.arrow.maxRecordsPerBatch`` rows (10,000), whose keys repeat
+from one batch to the next."""
+
+
+def _groups(batches: Iterator[Any]) -> Iterator[list[Any]]:
+    """``batches`` in groups of about :data:`GROUP_ROWS` rows or :data:`GROUP_BYTES` (one batch at least)."""
+    group: list[Any] = []
+    rows = size = 0
+    for batch in batches:
+        group.append(batch)
+        rows += batch.num_rows
+        size += batch.nbytes
+        if rows >= GROUP_ROWS or size >= GROUP_BYTES:
+            yield group
+            group, rows, size = [], 0, 0
+    if group:
+        yield group
 
 
 def _where() -> str:

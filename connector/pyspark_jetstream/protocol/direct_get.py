@@ -48,23 +48,31 @@ class BadReply(ValueError):
 def stored_block(block: bytes, appended: tuple[str, ...] = APPENDED_IN_BATCH) -> tuple[bytes | None, dict[str, str]]:
     """The stored header block of a direct-get reply (None when the message had none, or an empty
     one) and the appended headers by name. Raises :class:`BadReply` when the block does not end with
-    the ``appended`` lines in order."""
+    the ``appended`` lines in order.
+
+    The appended lines are cut from the end (``rsplit``): the stored lines before them are kept as one
+    piece, not split and joined again (a lookup or a ``keys`` read parses one block per key)."""
     if not block.startswith(NATS_HDR_LINE) or not block.endswith(b"\r\n\r\n"):
         raise BadReply(f"not a header block ending in an empty line: {block[:80]!r}")
-    lines = block[len(NATS_HDR_LINE):-4].split(b"\r\n") if len(block) > len(NATS_HDR_LINE) + 2 else []
-    if len(lines) < len(appended):
+    body = block[len(NATS_HDR_LINE):-4] if len(block) > len(NATS_HDR_LINE) + 2 else b""
+    count = len(appended)
+    parts = body.rsplit(b"\r\n", count) if body else []
+    if len(parts) < count:
         raise BadReply(f"fewer header lines than the server appends: {block[:200]!r}")
-    cut = len(lines) - len(appended)
     meta: dict[str, str] = {}
-    for name, line in zip(appended, lines[cut:], strict=True):
-        key, sep, value = line.decode("utf-8", "replace").partition(":")
-        if not sep or key.strip() != name:
+    for name, line in zip(appended, parts[-count:], strict=True):
+        key, sep, value = line.partition(b":")
+        if not sep or key.strip() != name.encode():
             raise BadReply(f"expected the line {name!r}, found {line[:100]!r}")
-        meta[name] = value.strip()
-    kept = lines[:cut]
-    if not kept:
+        meta[name] = value.strip().decode("utf-8", "replace")
+    if len(parts) == count or not parts[0].strip():
         return None, meta
-    return NATS_HDR_LINE + b"".join(line + b"\r\n" for line in kept) + b"\r\n", meta
+    return NATS_HDR_LINE + parts[0] + b"\r\n\r\n", meta
+
+
+_SECONDS: dict[str, int] = {}
+"""Whole seconds since the epoch of the times' ``YYYY-MM-DDTHH:MM:SS`` part with its zone, as parsed (a batch's
+messages share a few): bounded, cleared when full."""
 
 
 def time_ns(text: str) -> int:
@@ -76,8 +84,13 @@ def time_ns(text: str) -> int:
     whole, _, fraction = head.partition(".")
     if not fraction.isdigit() and fraction:
         raise ValueError(text)
-    base = dt.datetime.fromisoformat(whole + ("+00:00" if zone in ("Z", "z") else zone))
-    return int(base.timestamp()) * 1_000_000_000 + int((fraction or "0")[:9].ljust(9, "0"))
+    stamp = whole + ("+00:00" if zone in ("Z", "z") else zone)
+    seconds = _SECONDS.get(stamp)
+    if seconds is None:
+        if len(_SECONDS) >= 4096:
+            _SECONDS.clear()
+        seconds = _SECONDS[stamp] = int(dt.datetime.fromisoformat(stamp).timestamp())
+    return seconds * 1_000_000_000 + int((fraction or "0")[:9].ljust(9, "0"))
 
 
 FIRST_NANOSECOND_TIME = dt.datetime(1677, 9, 21, 0, 12, 43, 145225, tzinfo=dt.timezone.utc)
