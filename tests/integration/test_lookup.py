@@ -7,7 +7,9 @@ the bucket's MaxAge; the rows hold those, missing keys, repeats, nulls and inval
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
+import random
 import time
 
 import nats.js.errors
@@ -199,3 +201,34 @@ def test_a_cache_answers_as_the_bucket_did_and_follows_it_as_documented(spark, n
     else:
         # Each worker's watch applies the puts as they are delivered: fresh within a network hop.
         wait_until(fresh, timeout=30, what="the full cache to follow the bucket")
+
+
+async def _fill_keys(url: str, bucket: str, count: int) -> None:
+    """``count`` keys ``k<i>`` put by nats-py with windowed PubAcks (a million in seconds)."""
+    import nats as nats_py
+
+    nc = await nats_py.connect(url)
+    js = nc.jetstream()
+    window = []
+    for i in range(count):
+        window.append(js.publish(f"$KV.{bucket}.k{i}", f"v{i}".encode()))
+        if len(window) >= 2_000:
+            await asyncio.gather(*window)
+            window = []
+    await asyncio.gather(*window)
+    await nc.close()
+
+
+@pytest.mark.parametrize("keys", [1, pytest.param(1_000_000, marks=pytest.mark.slow)])
+def test_buckets_of_one_key_and_of_a_million_answer_as_kv_get(spark, nats_server, nats_client, stream_name, keys):
+    bucket = stream_name.replace("_", "")[:40]
+    nats_client.run(nats_client.js.create_key_value(bucket=bucket, direct=True))
+    nats_client.run(_fill_keys(nats_server.url, bucket, keys), timeout=900)
+    kv = kv_of(nats_client, bucket)
+    rng = random.Random(keys)
+    asked = [f"k{rng.randrange(keys + keys // 10 + 1)}" for _ in range(2_000)]  # about 1 in 11 missing
+    df = _rows(spark, asked)
+    got = lookup(df, bucket, "device", servers=nats_server.url, prefix="b_").collect()
+    assert sorted(r["n"] for r in got) == list(range(len(asked)))
+    _compare(nats_client, kv, got, asked)
+    assert sum(r["b_value"] is not None for r in got) == sum(int(k[1:]) < keys for k in asked)

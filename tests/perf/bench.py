@@ -953,7 +953,7 @@ def main() -> int:
             results, notes, tables = bench_lookup.main(server.url, 0, quick, repeat)
         for title, table in tables:
             notes.insert(0, f"{title}:\n\n{table}\n")
-        return _report(results, notes, started, args.out, "lookup-quick" if quick else "lookup", chart=False)
+        return _report(results, notes, started, args.out, "lookup-quick" if quick else "lookup")
 
     if args.only == "sequence":
         with EmbeddedNatsServer() as server:
