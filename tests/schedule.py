@@ -15,7 +15,7 @@ from __future__ import annotations
 
 SECONDS = {
     "test_source": 181, "test_pushdown_answers": 162, "test_subject_order": 140, "test_cluster": 125,
-    "test_sink_batch": 111, "test_task_retry": 108, "test_package": 107, "test_examples": 106,
+    "test_sink_batch": 111, "test_task_retry": 108, "test_package": 107, "test_examples": 140,
     "test_kv_sink": 95, "test_upgrade": 92, "test_sink_batched": 78, "test_faults": 67,
     "test_kv_replayed_cas": 64, "test_replay_past_window": 63, "test_source_faults": 63,
     "test_secrets_everywhere": 61, "test_order_guard_scratch": 60, "test_stuck_server": 53,
@@ -23,7 +23,8 @@ SECONDS = {
     "test_current_data": 36, "test_keys": 36, "test_copy_under_load": 35, "test_sink_ids": 33,
     "test_threads": 33, "test_replay_ids": 30, "test_worker_zone": 29, "test_pushdown_subjects": 26,
     "test_columns": 25, "test_fast_ingest": 20, "test_kv_source": 19, "test_sink_auth": 18,
-    "test_authorization": 15,
+    "test_authorization": 15, "test_lookup": 70, "test_lookup_cluster": 30, "test_kv_topologies_remote": 30,
+    "test_outage_logs": 15, "test_write_check": 25,
 }
 
 

@@ -219,7 +219,7 @@ async def _fill_keys(url: str, bucket: str, count: int) -> None:
     await nc.close()
 
 
-@pytest.mark.parametrize("keys", [1, pytest.param(1_000_000, marks=pytest.mark.slow)])
+@pytest.mark.parametrize("keys", [1, 1_000_000])
 def test_buckets_of_one_key_and_of_a_million_answer_as_kv_get(spark, nats_server, nats_client, stream_name, keys):
     bucket = stream_name.replace("_", "")[:40]
     nats_client.run(nats_client.js.create_key_value(bucket=bucket, direct=True))
