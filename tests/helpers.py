@@ -53,9 +53,9 @@ class SyncNats:
     def run(self, coro: Any, timeout: float = 60.0) -> Any:
         return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout)
 
-    def api(self, subject: str, body: dict | None = None) -> dict:
+    def api(self, subject: str, body: dict | None = None, timeout: float = 10) -> dict:
         payload = json.dumps(body).encode() if body is not None else b""
-        msg = self.run(self.nc.request(f"$JS.API.{subject}", payload, timeout=10))
+        msg = self.run(self.nc.request(f"$JS.API.{subject}", payload, timeout=timeout))
         return json.loads(msg.data)
 
     def add_stream(self, name: str, subjects: list[str], **config: Any) -> dict:

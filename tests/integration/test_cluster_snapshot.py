@@ -22,7 +22,7 @@ from pyspark_jetstream.options import parse_source_options
 from pyspark_jetstream.source.read.partition import read_partition
 
 from ..helpers import SyncNats, wait_until
-from .test_cluster import _stop_a_follower
+from .test_cluster import _stop_a_follower, resume_once_placed
 
 READS = 6
 
@@ -72,18 +72,7 @@ def _read_snapshots(client: SyncNats, servers: str, bucket: str, end: int, follo
 
     with ThreadPoolExecutor(READS) as pool:
         reads = [pool.submit(read) for _ in range(READS)]
-
-        def assigned() -> bool:
-            try:
-                return len(client.api(f"CONSUMER.NAMES.{stream}").get("consumers") or []) >= READS
-            except nats.errors.TimeoutError:  # a busy cluster with a node stopped may not answer within 10 s
-                return False
-
-        try:
-            wait_until(assigned, timeout=90, what="every snapshot's consumer assigned")
-        except AssertionError:  # consumer creates left unanswered on a busy machine: the reads go on with the
-            print("not every consumer assigned within 90 s: the follower resumes before")  # follower back
-        os.kill(follower.pid, signal.SIGCONT)
+        resume_once_placed(client, stream, follower, READS)
         return [r.result(timeout=300) for r in reads]
 
 
