@@ -109,7 +109,7 @@ async def stream_messages(url: str, name: str) -> int:
 
 
 async def raw_publish(url: str, stream: str, rows: int, size: int, window: int = 10_000, headers: bool = True,
-                      subjects: int = 8) -> float:
+                      subjects: int = 8, ids: str = "raw") -> float:
     """Baseline: nc.publish with a reply subject per message under one wildcard ack
     subscription, a window of 10k outstanding acks, every PubAck checked."""
     import nats
@@ -138,7 +138,7 @@ async def raw_publish(url: str, stream: str, rows: int, size: int, window: int =
             await room.wait()
         state["pending"] += 1
         await nc.publish(f"{stream}.s{i % subjects}", payload, reply=f"{inbox}.{i}",
-                         headers={"Nats-TTL": "1h", "Nats-Msg-Id": f"raw-{i}"} if headers else None)
+                         headers={"Nats-TTL": "1h", "Nats-Msg-Id": f"{ids}-{i}"} if headers else None)
     await done.wait()
     elapsed = time.perf_counter() - start
     await nc.close()
@@ -146,9 +146,10 @@ async def raw_publish(url: str, stream: str, rows: int, size: int, window: int =
     return elapsed
 
 
-async def raw_pull_to_arrow(url: str, stream: str, count: int, batch: int = 10_000) -> float:
+async def raw_pull_to_arrow(url: str, stream: str, count: int, batch: int = 10_000, keep: list | None = None) -> float:
     """Baseline: one process pulling the range through CONSUMER.MSG.NEXT on a core
-    subscription (ADR-37 style: batch 10k, refill at half), building the same Arrow batches."""
+    subscription (ADR-37 style: batch 10k, refill at half), building the same Arrow batches
+    (appended to ``keep`` when given, else dropped)."""
     import json
     import uuid
 
@@ -178,11 +179,15 @@ async def raw_pull_to_arrow(url: str, stream: str, count: int, batch: int = 10_0
         state["got"] += 1
         state["pending"] -= 1
         if len(builder) >= batch:
-            builder.build()
+            built = builder.build()
+            if keep is not None:
+                keep.append(built)
             state["batches"] += 1
         if state["got"] == count:
             if len(builder):
-                builder.build()
+                built = builder.build()
+                if keep is not None:
+                    keep.append(built)
             done.set()
         elif state["pending"] < batch // 2:
             want = min(batch - state["pending"], count - state["got"] - state["pending"])
@@ -884,7 +889,7 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=3, help="runs per path; the median is kept")
     parser.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results"))
     parser.add_argument("--only", choices=("read", "write", "copies", "sequence", "order", "pushdown", "headers",
-                                           "lookup"),
+                                           "lookup", "percore", "readbound"),
                         help="run one section only: 'read' (the batch and streaming reads beside raw nats-py, "
                         "header-less, the sink's headers, rich headers), 'write' (the batch writes beside raw nats-py, no streaming "
                         "write), 'copies' (the two splits, the replay records' cost), "
@@ -892,7 +897,9 @@ def main() -> int:
                         "(issue #32: deliveries per message, ordered copies at scale, bench_order.py), 'pushdown' "
                         "(issue #34: filter pushdown on a 1,000,000-key bucket and stream, bench_pushdown.py), 'headers' "
                         "(issue #41: the sink's data read with and without the headers column, bench_headers.py), 'lookup' "
-                        "(issue #55: lookups against bucket size, a per-row kv.get, a stream-static join, bench_lookup.py)")
+                        "(issue #55: lookups against bucket size, a per-row kv.get, a stream-static join, bench_lookup.py), "
+                        "'percore' and 'readbound' (issue #57: an executor core's shape with CPU per row from /proc, "
+                        "the read bound; bench_per_core.py)")
     args = parser.parse_args()
     quick, repeat = args.quick, (1 if args.quick else args.repeat)
 
@@ -944,6 +951,30 @@ def main() -> int:
         for title, table in tables:
             notes.insert(0, f"{title}:\n\n{table}\n")
         return _report(results, notes, started, args.out, "headers-quick" if quick else "headers", chart=False)
+
+    if args.only in ("percore", "readbound"):
+        import bench_per_core
+
+        started = time.perf_counter()
+        results, notes, tables = [], [], []
+        with EmbeddedNatsServer() as server:
+            cores = args.only == "percore"
+            if cores:  # the server on core 0; this process, and the JVM and workers it starts, on core 1
+                bench_per_core.pin(server.pid, {0})
+                bench_per_core.pin(os.getpid(), {1})
+            spark = (SparkSession.builder.master("local[1]" if cores else "local[2]").appName("jetstream-bench")
+                     .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
+                     .getOrCreate())
+            spark.sparkContext.setLogLevel("ERROR")
+            if cores:
+                bench_per_core.per_core(spark, server.url, server.pid, repeat, quick, results, notes, tables,
+                                        os.path.join(args.out, f"bench-percore{'-quick' if quick else ''}.png"))
+            else:
+                bench_per_core.bound(spark, server.url, repeat, quick, results, notes, tables)
+            spark.stop()
+        for title, table in tables:
+            notes.insert(0, f"{title}:\n\n{table}\n")
+        return _report(results, notes, started, args.out, f"{args.only}-quick" if quick else args.only, chart=False)
 
     if args.only == "lookup":
         import bench_lookup

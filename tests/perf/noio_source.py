@@ -4,7 +4,7 @@ own fixed cost per micro-batch, which the connector's cost per micro-batch is co
 
 from __future__ import annotations
 
-from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
 
 from pyspark_jetstream.source.columns.rows import SOURCE_SCHEMA_DDL
@@ -59,6 +59,38 @@ class NoIoReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         pass
 
 
+class NoIoBatchReader(DataSourceReader):
+    """The batch read of ``rows`` rows of ``size`` bytes in ``numPartitions`` ranges, each yielded in 10,000-row slices of one
+    batch made once per partition: Spark's own cost of a read job (issue #57's read bound)."""
+
+    def __init__(self, options: dict[str, str]) -> None:
+        self.total = int(options["rows"])
+        self.parts = int(options.get("numPartitions", "2"))
+        self.size = int(options.get("size", "100"))
+
+    def partitions(self):
+        size = (self.total + self.parts - 1) // self.parts
+        return [_Range(f, min(f + size - 1, self.total)) for f in range(1, self.total + 1, size)]
+
+    def read(self, partition: _Range):
+        import datetime as dt
+
+        import pyarrow as pa
+
+        from pyspark_jetstream.source.columns.rows import arrow_schema
+
+        n = min(10_000, partition.last - partition.first + 1)
+        now = dt.datetime.now(dt.timezone.utc)
+        one = pa.RecordBatch.from_pydict({
+            "subject": ["noio.x"] * n, "data": [b"x" * self.size] * n, "headers": [None] * n, "stream": ["NOIO"] * n,
+            "seq": list(range(n)), "timestamp": [now] * n, "ttl": [None] * n, "expires_at": [None] * n,
+            "marker_reason": [None] * n}, schema=arrow_schema(False))
+        left = partition.last - partition.first + 1
+        while left > 0:
+            yield one.slice(0, min(n, left))
+            left -= n
+
+
 class NoIoSource(DataSource):
     @classmethod
     def name(cls) -> str:
@@ -69,3 +101,6 @@ class NoIoSource(DataSource):
 
     def streamReader(self, schema):
         return NoIoReader(self.options)
+
+    def reader(self, schema):
+        return NoIoBatchReader(self.options)
