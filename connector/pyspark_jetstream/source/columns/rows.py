@@ -97,6 +97,14 @@ class BatchBuilder:
         self.seqs.append(seq)
         self.times.append(ts_ns)
 
+    def extend(self, subjects: Any, datas: Any, headers: Any, seqs: list[int], times: list[int]) -> None:
+        """Append messages given column by column (a run of deliveries taken at once)."""
+        self.subjects.extend(subjects)
+        self.datas.extend(datas)
+        self.header_blocks.extend(headers)
+        self.seqs.extend(seqs)
+        self.times.extend(times)
+
     def take(self) -> RawBatch:
         """The messages added so far, as plain lists (cheap: no decoding); the builder starts over."""
         raw = RawBatch(self, self.subjects, self.datas, self.header_blocks, self.seqs, self.times)

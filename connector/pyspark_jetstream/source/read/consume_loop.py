@@ -12,6 +12,8 @@ Spark's thread builds the Arrow batch.
 from __future__ import annotations
 
 import time
+from itertools import islice
+from operator import lt
 from typing import Any
 
 from ...client.jsapi import next_message
@@ -92,6 +94,9 @@ class ConsumeLoop:
         keeps = self.keep.keeps if self.keep is not None else None
         count = size = advance = 0
         try:
+            if keeps is None and not snapshot and not ranged and self._take_run(frames, now):
+                self._maybe_pull()
+                return
             for subject, reply, data, headers in frames:
                 if self.done:
                     break
@@ -139,6 +144,46 @@ class ConsumeLoop:
                 f"{self.last_sseq}: a frame on subject {subject[:200]!r} with reply {reply[:200]!r} could not be "
                 f"read ({type(exc).__name__}: {exc})."
             ))
+
+    def _take_run(self, frames: Any, now: float) -> bool:
+        """Take a socket read's deliveries in one go when each would be a plain TAKE (the range
+        tracker's :meth:`~.range_tracker.RangeTracker.take_run` decides, from the first's and the last's
+        sequences): their columns are appended at once and only the stream sequence and the time of
+        each are read from its ack subject. False, with nothing changed, when any frame needs its own
+        step (a status or another frame, a gap, the range's end, ``pending == 0``)."""
+        count = len(frames)
+        if count < 2 or self.resetting or self.done:
+            return False
+        subjects, replies, datas, headers = zip(*frames, strict=True)
+        block = b"\n" + b"\n".join(replies) + b"\n"
+        dots = replies[0].count(b".")
+        if block.count(b"\n" + _ACK_PREFIX) != count or dots not in (8, 10) or replies[-1].count(b".") != dots:
+            return False  # a status or a frame that is no delivery; or an ack subject of another layout
+        tails = [reply.rsplit(b".", 4) for reply in replies]  # ..., stream seq, consumer seq, time, pending
+        try:
+            seqs = [int(tail[1]) for tail in tails]
+            times = [int(tail[3]) for tail in tails]
+            first, last = (seqs[0], int(tails[0][2])), (seqs[-1], int(tails[-1][2]))
+        except ValueError:  # one by one, the frame that cannot be read is named
+            return False
+        if not all(map(lt, seqs, islice(seqs, 1, None))):
+            return False  # not one consumer's order: each goes through the tracker's rules
+        advance = self.range.take_run(first, last, count, block.find(b".0\n") >= 0, now)  # ".0": pending 0
+        if advance is None:
+            return False
+        size = 0
+        if self.engine.config.bytes_mode:
+            size = (sum(map(len, subjects)) + len(block) - count - 1 + sum(map(len, datas))
+                    + sum(len(h) for h in headers if h))
+        self.engine.on_messages(count, size, advance, now)
+        builder, batch_size, at = self.builder, self._batch_size, 0
+        while at < count:
+            end = min(count, at + batch_size - len(builder))
+            builder.extend(subjects[at:end], datas[at:end], headers[at:end], seqs[at:end], times[at:end])
+            if len(builder) >= batch_size:
+                self._emit()
+            at = end
+        return True
 
     def _on_step(self, step: Any, advance: int, subject: bytes, reply: bytes, data: bytes, headers: bytes | None,
                  sseq: int, dseq: int, ts: int, pending: int, now: float) -> None:

@@ -80,6 +80,24 @@ class RangeTracker:
             return _TAKE_DRAINED, sseq - last_sseq
         return _TAKE, sseq - last_sseq
 
+    def take_run(self, first: tuple[int, int], last: tuple[int, int], count: int, drained: bool,
+                 now: float) -> int | None:
+        """Take ``count`` deliveries at once, given the ``(stream, consumer)`` sequences of the first and
+        the last, when :meth:`on_message` would answer TAKE for every one of them; how far they advanced
+        the range, or None (nothing changed: each goes through :meth:`on_message`).
+
+        That holds when the consumer sequences run on without a gap (the server numbers a consumer's
+        deliveries one by one, so the first being the next and the last ``count - 1`` after it leaves no
+        room for one), the first stream sequence is past the last taken and the last is before the
+        range's last (a consumer delivers in stream order), and no delivery said ``pending == 0``."""
+        (first_sseq, first_dseq), (last_sseq, last_dseq) = first, last
+        if (drained or count < 2 or first_dseq != self.last_dseq + 1 or last_dseq != first_dseq + count - 1
+                or first_sseq <= self.last_sseq or last_sseq >= self.last or last_sseq < first_sseq + count - 1):
+            return None
+        advance = last_sseq - self.last_sseq
+        self.last_dseq, self.last_sseq, self.last_progress = last_dseq, last_sseq, now
+        return advance
+
     def lost_range(self, start_seq: int, delivered_stream_seq: int | None) -> tuple[int, int, int] | None:
         """``(first, last, moved_to)``: the sequences of this range that a consumer asked to start at
         ``start_seq`` skipped, and where it starts instead; None when it starts where asked.
