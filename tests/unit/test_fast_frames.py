@@ -221,6 +221,24 @@ def test_a_long_run_of_data_frames_is_split_without_nats_py():
     assert max(run_lengths) > 100 and sum(run_lengths) == 2000  # one run per read, not one call per frame
 
 
+LINE_TOKEN = st.sampled_from([b"a", b"a.b", b"\xc3\xa9", b"1", b"12", b"$JS.ACK.S.C.1.2.2.1.0", b"x\x0by", b"x\x85"])
+LINE_SEPARATOR = st.sampled_from([b" ", b" ", b" ", b"  ", b"\t", b" \t", b"\x0b", b"\x0c", b"\r", b"\n"])
+
+
+@settings(max_examples=1500, deadline=None)
+@given(op=st.sampled_from([b"MSG", b"HMSG", b"MSGX", b" MSG"]), sid=st.sampled_from([b"1", b"2", b"7", b"x"]),
+       tokens=st.lists(LINE_TOKEN, min_size=1, max_size=4), separators=st.lists(LINE_SEPARATOR, min_size=6, max_size=6),
+       tail=st.sampled_from([b"", b" ", b"\t"]), payload=st.sampled_from([b"abc", b"NATS/1.0\r\n\r\nabc", b"12\r\n3"]))
+def test_a_delivery_line_cut_without_the_regex_reads_as_nats_py_reads_it(op, sid, tokens, separators, tail, payload):
+    """The fast path cuts a line that has exactly a server's form (single spaces, sizes in digits)
+    without the regex: whatever the separators, tokens and sizes, the events are nats-py's."""
+    fields = [b"s", sid, *tokens]
+    line = op + b"".join(sep + field for sep, field in zip(separators, fields, strict=False)) + tail
+    data = line + b"\r\n" + payload + b"\r\n" + msg(1, b"after", b"ok")
+    reference, fast = both([data])
+    assert fast == reference
+
+
 @pytest.mark.parametrize("chunks", [
     [b"PING\r\nMSG a 1 3\r\nabc\r\nPONG\r\n"],
     [b"MSG a 7 3\r\nabc\r\nMSG a 1 3\r\nabc\r\n"],

@@ -310,10 +310,22 @@ class FastFrames:
         run_sid = -1
         run_sid_text = None  # the sid as the frames of the current run spell it (skips parsing it again)
         end = len(buf)
+        find = buf.find
         try:
             while pos < end:
                 hsize = 0
-                if buf[pos] != 72:  # not 'H': only MSG's regex can match here (HMSG's starts with 'H')
+                # A delivery's line exactly as a server writes it (single spaces, no other whitespace, the
+                # sizes in digits) is cut without the regex, which reads such a line as the same tokens.
+                eol = find(b"\r\n", pos)
+                line = buf[pos:eol] if eol > 0 else b""
+                parts = line.split()
+                if len(parts) == 5 and parts[0] == b"MSG" and parts[4].isdigit() and b" ".join(parts) == line:
+                    _, subject, sid, reply, size = m = parts
+                elif (len(parts) == 6 and parts[0] == b"HMSG" and parts[4].isdigit() and parts[5].isdigit()
+                      and b" ".join(parts) == line):
+                    _, subject, sid, reply, hsize, size = m = parts
+                    hsize = int(hsize)
+                elif buf[pos] != 72:  # not 'H': only MSG's regex can match here (HMSG's starts with 'H')
                     m = _MSG.match(buf, pos)
                     if m is not None:
                         subject, sid, _, reply, size = m.groups()
@@ -340,7 +352,7 @@ class FastFrames:
                         sid = int(sid)
                     except ValueError:  # nats-py says 'malformed MSG'
                         return pos, -1
-                start = m.end()
+                start = eol + 2 if m is parts else m.end()
                 needed = int(size)
                 stop = start + needed + 2
                 if stop > end:  # the payload is still coming
