@@ -317,12 +317,12 @@ class FastFrames:
                 # A delivery's line exactly as a server writes it (single spaces, no other whitespace, the
                 # sizes in digits) is cut without the regex, which reads such a line as the same tokens.
                 eol = find(b"\r\n", pos)
-                line = buf[pos:eol] if eol > 0 else b""
-                parts = line.split()
-                if len(parts) == 5 and parts[0] == b"MSG" and parts[4].isdigit() and b" ".join(parts) == line:
-                    _, subject, sid, reply, size = m = parts
+                head = buf[pos:eol] if eol > 0 else b""
+                parts = head.split()
+                if len(parts) == 5 and parts[0] == b"MSG" and parts[4].isdigit() and b" ".join(parts) == head:
+                    _, subject, sid, reply, size = m = parts  # m: the line was read (its end is eol)
                 elif (len(parts) == 6 and parts[0] == b"HMSG" and parts[4].isdigit() and parts[5].isdigit()
-                      and b" ".join(parts) == line):
+                      and b" ".join(parts) == head):
                     _, subject, sid, reply, hsize, size = m = parts
                     hsize = int(hsize)
                 elif buf[pos] != 72:  # not 'H': only MSG's regex can match here (HMSG's starts with 'H')
