@@ -33,7 +33,16 @@ def test_a_server_stopped_for_10s_is_one_warning_and_one_info_on_the_driver(capl
         first = reader.latestOffset(start, None)["seq"]
         planned: list[dict] = []
         with caplog.at_level(logging.DEBUG, logger="pyspark_jetstream"):
-            outage = threading.Thread(target=lambda: (server.stop(), time.sleep(10), server.start()))
+            down: list[float] = []  # when the server was down, and when it was up again
+
+            def stop_for_10s() -> None:
+                server.stop()
+                down.append(time.monotonic())
+                time.sleep(10)
+                server.start()
+                down.append(time.monotonic())
+
+            outage = threading.Thread(target=stop_for_10s)
             started = time.monotonic()
             outage.start()  # planning goes on meanwhile, as Spark's triggers do
             while outage.is_alive() or len(planned) < 3:
@@ -52,5 +61,7 @@ def test_a_server_stopped_for_10s_is_one_warning_and_one_info_on_the_driver(capl
     assert len(warnings) == 1 and len(infos) == 1, said
     assert server.url in warnings[0] and "did not answer" in warnings[0] and "after its last answer" in warnings[0]
     waited = float(infos[0].rsplit("after ", 1)[1].rstrip("s").split("s")[0])
-    assert 8.0 <= waited <= took + 1.0, (infos[0], took)
+    # Counted from the first request the outage left unanswered, asked within a planning interval (0.5 s, 2 s
+    # of slack for a busy machine) of the stop: not from a late failure (0.3 s said once) or the answer.
+    assert down[1] - down[0] - 2.0 <= waited <= took + 1.0, (infos[0], down, took)
     assert [p["seq"] for p in planned] == [first] * len(planned) and after["seq"] == first + 3  # nothing lost

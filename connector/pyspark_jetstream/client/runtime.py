@@ -10,9 +10,10 @@ The loop is created lazily and re-created after a fork (a new PID).
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import os
 import threading
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
 from ..options import ConnectionOptions
@@ -43,6 +44,23 @@ def run(coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
     future = asyncio.run_coroutine_threadsafe(coro, _loop())
     try:
         return future.result(timeout)
+    except BaseException:
+        future.cancel()
+        raise
+
+
+def run_noting_delay(coro: Coroutine[Any, Any, T], timeout: float, after: float,
+                     on_delay: Callable[[], None]) -> T:
+    """:func:`run`, calling ``on_delay()`` once when ``coro`` has not finished ``after`` seconds in (a
+    request answered only after a reconnect fails nothing, yet the wait is worth a word)."""
+    future = asyncio.run_coroutine_threadsafe(coro, _loop())
+    try:
+        if timeout > after:
+            try:
+                return future.result(after)
+            except concurrent.futures.TimeoutError:
+                on_delay()
+        return future.result(max(timeout - after, 0.0))
     except BaseException:
         future.cancel()
         raise

@@ -44,11 +44,13 @@ def ask_server(opts: SourceOptions, call: Callable[[], Coroutine[Any, Any, T]], 
     while True:
         asked = time.monotonic()
         try:
-            result = runtime.run(call(), timeout=opts.connection.connect_timeout * 3 + 30)
+            result = runtime.run_noting_delay(
+                call(), opts.connection.connect_timeout * 3 + 30, PATIENCE,
+                lambda asked=asked: _silent(servers, what, f"no answer within {PATIENCE:g}s", opts.max_wait, asked))
         except JetStreamApiError as exc:
             if not jsapi.is_transient(exc):
                 raise
-            _silent(servers, what, exc, opts.max_wait, asked)
+            _silent(servers, what, exc.description, opts.max_wait, asked)
             delay = next(delays)
             if time.monotonic() + delay > deadline:
                 raise JetStreamApiError(
@@ -67,17 +69,22 @@ _last_answer: dict[tuple[str, ...], float] = {}  # servers -> when they last ans
 _silent_since: dict[tuple[str, ...], float] = {}  # servers -> when they stopped answering (a WARNING said so)
 
 
-def _silent(servers: tuple[str, ...], what: str, exc: Exception, max_wait: float, asked: float) -> None:
-    """The first failure of an outage (asked at ``asked``: a request unanswered for 10 s counts from then)."""
+PATIENCE = 5.0
+"""Seconds a planning request may go unanswered before the WARNING says so. A healthy server answers in
+milliseconds; a request sent during a short outage is answered after the reconnect and fails nothing
+(issue #56: a server stopped for 10 s, one request waited 6.5 s), so a failure alone misses it."""
+
+
+def _silent(servers: tuple[str, ...], what: str, why: str, max_wait: float, asked: float) -> None:
+    """The first failure or long wait of an outage (asked at ``asked``: the outage counts from then)."""
     now = time.monotonic()
     if servers in _silent_since:
         return
     _silent_since[servers] = asked
     last = _last_answer.get(servers)
-    log.warning("JetStream source: %s did not answer the query's planning (%s: %s)%s; asking again for up to %gs "
-                "(option 'consume.maxWait')", ", ".join(servers), what, exc.description if isinstance(
-                    exc, JetStreamApiError) else exc, f", {now - last:.1f}s after its last answer" if last else "",
-                max_wait)
+    log.warning("JetStream source: %s did not answer the query's planning (%s: %s)%s; waiting, and asking again, "
+                "for up to %gs (option 'consume.maxWait')", ", ".join(servers), what, why,
+                f", {now - last:.1f}s after its last answer" if last else "", max_wait)
 
 
 def _answered(servers: tuple[str, ...]) -> None:
