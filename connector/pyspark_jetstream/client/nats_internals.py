@@ -314,14 +314,14 @@ class FastFrames:
         try:
             while pos < end:
                 hsize = 0
-                # A delivery's line exactly as a server writes it (single spaces, no other whitespace, the
-                # sizes in digits) is cut without the regex, which reads such a line as the same tokens.
+                # A line in a server's exact form (single spaces, sizes in digits): the regex's tokens, no regex.
                 eol = find(b"\r\n", pos)
                 head = buf[pos:eol] if eol > 0 else b""
                 parts = head.split()
-                if len(parts) == 5 and parts[0] == b"MSG" and parts[4].isdigit() and b" ".join(parts) == head:
-                    _, subject, sid, reply, size = m = parts  # m: the line was read (its end is eol)
-                elif (len(parts) == 6 and parts[0] == b"HMSG" and parts[4].isdigit() and parts[5].isdigit()
+                n = len(parts)
+                if 4 <= n <= 5 and parts[0] == b"MSG" and parts[-1].isdigit() and b" ".join(parts) == head:
+                    m, subject, sid, size, reply = parts, parts[1], parts[2], parts[-1], parts[3] if n == 5 else None
+                elif (n == 6 and parts[0] == b"HMSG" and parts[4].isdigit() and parts[5].isdigit()
                       and b" ".join(parts) == head):
                     _, subject, sid, reply, hsize, size = m = parts
                     hsize = int(hsize)

@@ -39,28 +39,20 @@ def loop() -> asyncio.AbstractEventLoop:
     return _loop()
 
 
-def run(coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
-    """Run ``coro`` on the I/O loop and wait for its result (from any other thread)."""
+def run(coro: Coroutine[Any, Any, T], timeout: float | None = None, *, note_after: float | None = None,
+        on_delay: Callable[[], None] | None = None) -> T:
+    """Run ``coro`` on the I/O loop and wait for its result (from any other thread). With ``note_after``,
+    ``on_delay()`` is called once when ``coro`` has not finished that many seconds in (a request answered
+    only after a reconnect fails nothing, yet the wait is worth a word)."""
     future = asyncio.run_coroutine_threadsafe(coro, _loop())
     try:
-        return future.result(timeout)
-    except BaseException:
-        future.cancel()
-        raise
-
-
-def run_noting_delay(coro: Coroutine[Any, Any, T], timeout: float, after: float,
-                     on_delay: Callable[[], None]) -> T:
-    """:func:`run`, calling ``on_delay()`` once when ``coro`` has not finished ``after`` seconds in (a
-    request answered only after a reconnect fails nothing, yet the wait is worth a word)."""
-    future = asyncio.run_coroutine_threadsafe(coro, _loop())
-    try:
-        if timeout > after:
+        if note_after is not None and on_delay is not None and (timeout is None or timeout > note_after):
             try:
-                return future.result(after)
+                return future.result(note_after)
             except concurrent.futures.TimeoutError:
                 on_delay()
-        return future.result(max(timeout - after, 0.0))
+            timeout = None if timeout is None else timeout - note_after
+        return future.result(timeout)
     except BaseException:
         future.cancel()
         raise

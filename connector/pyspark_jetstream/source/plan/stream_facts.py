@@ -44,9 +44,10 @@ def ask_server(opts: SourceOptions, call: Callable[[], Coroutine[Any, Any, T]], 
     while True:
         asked = time.monotonic()
         try:
-            result = runtime.run_noting_delay(
-                call(), opts.connection.connect_timeout * 3 + 30, PATIENCE,
-                lambda asked=asked: _silent(servers, what, f"no answer within {PATIENCE:g}s", opts.max_wait, asked))
+            result = runtime.run(
+                call(), opts.connection.connect_timeout * 3 + 30, note_after=PATIENCE,
+                on_delay=lambda asked=asked: _silent(servers, what, f"no answer within {PATIENCE:g}s", opts.max_wait,
+                                                     asked))
         except JetStreamApiError as exc:
             if not jsapi.is_transient(exc):
                 raise
