@@ -15,9 +15,10 @@ An open snapshot ends once every subject listed for it was taken, each one's fir
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any
 
-from ...client.jsapi import last_message_of_subject, next_message
+from ...client.jsapi import last_message_of_subject, next_message, retrying
 from ...client.nats_internals import is_clustered
 from ...errors import PartitionReadError
 from ...logs import get_logger
@@ -91,9 +92,10 @@ class Completion:
         the new one delivers their last messages (what was taken is skipped)."""
         assert self.expected is not None
         asked = sorted(self.expected)
+        deadline = time.monotonic() + self.opts.max_wait  # "not yet" (an election: 503/10008, 408): asked again
         try:
-            present = {s for s in asked
-                       if await last_message_of_subject(self.nc, self.stream, s.decode(), self.opts.api_prefix)}
+            present = {s for s in asked if await retrying(lambda t, s=s: last_message_of_subject(
+                self.nc, self.stream, s.decode(), self.opts.api_prefix, t), deadline)}
         finally:
             self.confirming = False
         if self.done:
@@ -137,8 +139,10 @@ class Completion:
     async def _confirm_end(self) -> None:
         """Finish only if the stream's leader holds no sequence of the rest of the range."""
         after = self.last_sseq
+        deadline = time.monotonic() + self.opts.max_wait  # "not yet" (an election: 503/10008, 408): asked again
         try:
-            message = await next_message(self.nc, self.stream, after + 1, self.filters, self.opts.api_prefix)
+            message = await retrying(lambda t: next_message(self.nc, self.stream, after + 1, self.filters,
+                                                            self.opts.api_prefix, t), deadline)
         finally:
             self.confirming = False
         if self.done or self.last_sseq > after:
