@@ -229,6 +229,7 @@ LINE_SEPARATOR = st.sampled_from([b" ", b" ", b" ", b"  ", b"\t", b" \t", b"\x0b
 @given(op=st.sampled_from([b"MSG", b"HMSG", b"MSGX", b" MSG"]), sid=st.sampled_from([b"1", b"2", b"7", b"x"]),
        tokens=st.lists(LINE_TOKEN, min_size=1, max_size=4), separators=st.lists(LINE_SEPARATOR, min_size=6, max_size=6),
        tail=st.sampled_from([b"", b" ", b"\t"]), payload=st.sampled_from([b"abc", b"NATS/1.0\r\n\r\nabc", b"12\r\n3"]))
+@example(op=b"HMSG", sid=b"7", tokens=[b"12", b"1"], separators=[b" "] * 6, tail=b"", payload=b"abc")  # headers > size
 def test_a_delivery_line_cut_without_the_regex_reads_as_nats_py_reads_it(op, sid, tokens, separators, tail, payload):
     """The fast path cuts a line that has exactly a server's form (single spaces, sizes in digits)
     without the regex: whatever the separators, tokens and sizes, the events are nats-py's."""

@@ -354,6 +354,8 @@ class FastFrames:
                         return pos, -1
                 start = eol + 2 if m is parts else m.end()
                 needed = int(size)
+                if hsize > needed:  # headers longer than the frame: no server sends it; nats-py's error, as it says it
+                    return pos, -1
                 stop = start + needed + 2
                 if stop > end:  # the payload is still coming
                     if stop - pos > self.large:
