@@ -232,9 +232,8 @@ class FastFrames:
     Equivalence with nats-py's parser, which the differential unit test checks on
     random byte streams cut at random points, rests on three rules:
 
-    - a frame is recognised with nats-py's own regexes, tried in nats-py's order,
-      and cut with nats-py's slicing (so even a header size past the payload reads
-      the same bytes);
+    - a frame is recognised with nats-py's own regexes, tried in nats-py's order, and cut
+      with nats-py's slicing (a header size past the frame's own is left to nats-py);
     - anything handed to nats-py is handed whole: a complete frame or line it will
       consume exactly (a regex that matches a buffer matches the same bytes of any
       prefix that still holds them), or, for a line no regex knows, the whole rest,
@@ -244,9 +243,8 @@ class FastFrames:
       given exactly the bytes that finish it); a ``reset`` (reconnect, stale
       connection) drops it and ends the pass, as it empties nats-py's buffer mid-loop.
 
-    Consecutive frames of a subscription registered with a run handler are handed
-    over together, as one list, after the buffer's pass: the reader then decides
-    its next pull once per socket read instead of once per message.
+    Consecutive frames of a subscription registered with a run handler are handed over together, as one
+    list, after the buffer's pass: the reader then decides its next pull once per socket read, not per message.
     """
 
     __slots__ = ("parser", "handlers", "runs", "original_parse", "original_reset", "carry", "generation", "large",
@@ -354,7 +352,7 @@ class FastFrames:
                         return pos, -1
                 start = eol + 2 if m is parts else m.end()
                 needed = int(size)
-                if hsize > needed:  # headers longer than the frame: no server sends it; nats-py's error, as it says it
+                if hsize > needed:  # headers longer than the frame (no server sends it): nats-py's to parse
                     return pos, -1
                 stop = start + needed + 2
                 if stop > end:  # the payload is still coming
