@@ -14,6 +14,7 @@ import datetime as dt
 import random
 
 import pyarrow as pa
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from pyspark.sql.types import (
@@ -104,13 +105,13 @@ def test_column_wise_frames_are_the_per_row_frames(seed):
 
 def test_the_column_wise_path_is_taken_for_common_rows_only(monkeypatch):
     calls = []
-    original = Frames.common
+    original = Frames.columns
 
     def spy(self, *args):
         calls.append(len(args[1]))
         return original(self, *args)
 
-    monkeypatch.setattr(Frames, "common", spy)
+    monkeypatch.setattr(Frames, "columns", spy)
     cfg = EncoderConfig(default_subject=None, default_ttl="1h", preserve_expiry=False, expected_stream="S",
                         allow_rollup=False, max_payload=1 << 20)
     plain = [StructField("subject", StringType()), StructField("data", BinaryType())]
@@ -175,3 +176,94 @@ def test_a_batch_encoded_in_slices_gives_the_whole_batchs_frames_refusals_and_id
     assert [(s[2], s[3][16:]) for s in shown] == [("SRC.340", ".2"), ("SRC.341", ""), ("SRC.341", ".1"),
                                                    ("SRC.341", ".2")]
     assert shown[1][3] == shown[2][3][:16] == shown[3][3][:16]
+
+
+VALID_SUBJECTS = ["orders.eu", "orders.é.1", "a", "k" * 200, None, ""]  # null and empty: option 'subject'
+VALID_TTLS_TEXT = [None, "1h", "90s", "never", "0", "5", " 30", "1h30m"]
+
+
+def lane_batch(rng: random.Random, n: int) -> tuple[dict, list, bool]:
+    """Columns the column-wise lane takes: every row passes (repeated values, as real batches have)."""
+    ttl_kind = rng.choice(["none", "text", "int"])
+    columns: dict = {"subject": pa.array([rng.choice(VALID_SUBJECTS) for _ in range(n)], pa.string()),
+                     "data": pa.array([b"x" * rng.randrange(0, 50) for _ in range(n)], pa.binary())}
+    fields = [StructField("subject", StringType()), StructField("data", BinaryType())]
+    if ttl_kind == "text":
+        columns["ttl"] = pa.array([rng.choice(VALID_TTLS_TEXT) for _ in range(n)], pa.string())
+        fields.append(StructField("ttl", StringType()))
+    elif ttl_kind == "int":
+        columns["ttl"] = pa.array([rng.choice([None, 0, 1, 3600]) for _ in range(n)], pa.int64())
+        fields.append(StructField("ttl", LongType()))
+    if rng.random() < 0.4:
+        columns["msg_id"] = pa.array([rng.choice([None, "", "id-1", "id-é", "dup"]) for _ in range(n)], pa.string())
+        fields.append(StructField("msg_id", StringType()))
+    if rng.random() < 0.4:  # rows as read: content ids, null markers, null or empty headers
+        columns["stream"] = pa.array(["SRC"] * n)
+        columns["seq"] = pa.array([rng.choice([None, 1, 2, 3, 7]) for _ in range(n)], pa.int64())
+        columns["marker_reason"] = pa.array([None] * n, pa.string())
+        columns["headers"] = pa.array([rng.choice([None, []]) for _ in range(n)],
+                                      pa.map_(pa.string(), pa.list_(pa.string())))
+        fields += [StructField("stream", StringType()), StructField("seq", LongType()),
+                   StructField("marker_reason", StringType()),
+                   StructField("headers", MapType(StringType(), ArrayType(StringType())))]
+    return columns, fields, ttl_kind
+
+
+@settings(max_examples=300, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1))
+def test_the_column_wise_lane_gives_the_per_row_steps_frames(seed):
+    """Batches the lane takes (each checked to be taken) against the per-row steps: frames, ids,
+    refusals over max_payload, counts; and a content id's repeats counted across batches alike."""
+    from pyspark_jetstream.sink.encode.column_lane import ColumnLane
+
+    rng = random.Random(seed)
+    taken = []
+    original = ColumnLane.encode
+
+    def spy(self, *args):
+        taken.append(original(self, *args))
+        return taken[-1]
+
+    has_default = True
+    cfg = EncoderConfig(default_subject="fallback.subject", default_ttl=rng.choice([None, "1h", "never", "60"]),
+                        preserve_expiry=False, expected_stream=rng.choice([None, "ORDERS"]), allow_rollup=False,
+                        max_payload=rng.choice([1024 * 1024, 150, 330]))
+    ids = rng.choice([None, MsgIds("w0123456789abcdef", rng.randrange(4))])
+    reply = rng.choice(["_INBOX.r4nd0m.", ReplyForm("_INBOX.r.b7.500.fail.", ".1.$FI", 1)])
+    columns, fields, _ = lane_batch(rng, rng.randrange(1, 60))
+    batch = pa.RecordBatch.from_pydict(columns)
+    layout = layout_from_schema(StructType(fields), has_default_subject=has_default)
+    outs = []
+    first = rng.choice([0, 1, 10_000])
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(ColumnLane, "encode", spy)
+        for columnar in (True, False):
+            encoder = BatchEncoder(layout, cfg, MsgIds(ids.run, ids.partition) if ids else None)
+            encoder.columnar = columnar
+            outs.append([encoder.encode(batch, first, reply, now=NOW),
+                         encoder.encode(batch, first + batch.num_rows, reply, now=NOW)])
+    assert taken == [True, True]
+    for fast, slow in zip(*outs, strict=True):
+        assert fast.frames == slow.frames
+        assert [(r.position, r.subject, r.reason, r.payload, r.msg_id) for r in fast.rejected] == \
+            [(r.position, r.subject, r.reason, r.payload, r.msg_id) for r in slow.rejected]
+        assert (fast.expired, fast.markers_skipped) == (slow.expired, slow.markers_skipped)
+
+
+def test_the_lane_leaves_a_batch_with_a_row_to_refuse_to_the_per_row_steps():
+    """One bad value anywhere (a subject, a TTL, an id with CR or LF, a missing subject without the
+    option, a header, a delete marker) and the per-row steps take the whole batch, naming the row."""
+    base = {"subject": ["a.b"] * 4, "data": [b"1"] * 4, "ttl": ["1h"] * 4, "msg_id": ["i1", "i2", "i3", "i4"]}
+    fields = [StructField("subject", StringType()), StructField("data", BinaryType()),
+              StructField("ttl", StringType()), StructField("msg_id", StringType())]
+    cfg = EncoderConfig(default_subject=None, default_ttl=None, preserve_expiry=False, expected_stream=None,
+                        allow_rollup=False, max_payload=1 << 20)
+    layout = layout_from_schema(StructType(fields), has_default_subject=False)
+    for column, bad, reason in (("subject", "a b", "not a valid publish subject"), ("subject", None, "has no subject"),
+                                ("ttl", "bogus", "Allowed"), ("msg_id", "x\ny", "CR or LF")):
+        columns = {k: list(v) for k, v in base.items()}
+        columns[column][2] = bad
+        out = BatchEncoder(layout, cfg, None).encode(pa.RecordBatch.from_pydict(
+            {k: pa.array(v, pa.binary() if k == "data" else pa.string()) for k, v in columns.items()}), 0, "_I.")
+        assert [f[0] for f in out.frames] == [0, 1, 3]
+        assert [r.position for r in out.rejected] == [2] and reason in out.rejected[0].reason, (column, bad)

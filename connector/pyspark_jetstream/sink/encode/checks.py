@@ -32,6 +32,14 @@ class RowChecks:
         self._valid_subjects: dict[str, bool] = {}
         self._resolve_ttl = TtlResolver()
 
+    def resolve_ttl(self, value: str | int) -> str | None:
+        """A TTL's header value (None: no header), each distinct value parsed once; raises ``InvalidTtl``."""
+        return self._resolve_ttl(value)
+
+    def subject_ok(self, subject: str) -> bool:
+        """Whether ``subject`` is a valid publish subject, each distinct one checked once."""
+        return self._subject_ok(subject)
+
     def _subject_ok(self, subject: str) -> bool:
         ok = self._valid_subjects.get(subject)
         if ok is None:

@@ -47,6 +47,7 @@ import datetime as dt
 from typing import Any
 
 from .checks import RowChecks
+from .column_lane import ColumnLane
 from .frames import Frames, ReplyForm
 from .headers import UserHeaders
 from .layout import EncoderConfig, InputLayout
@@ -65,6 +66,7 @@ class BatchEncoder:
         self.headers = UserHeaders(layout, config)
         self.frames = Frames(config.expected_stream, config.max_payload)
         self.columnar = True  # frames of batches without user headers or KV operations built column-wise
+        self.lane = ColumnLane(layout, config, self.checks, self.frames, msg_ids)
 
     def encode(self, batch: Any, first_position: int, reply: str | ReplyForm, now: dt.datetime | None = None,
                choice: RowChoice | None = None) -> EncodedBatch:
@@ -80,6 +82,8 @@ class BatchEncoder:
         n = batch.num_rows
         out = EncodedBatch()
         rows = Columns(self.layout, batch, n)
+        if self.columnar and choice is None and self.lane.encode(rows, first_position, reply, out):
+            return out  # nothing refused but rows over max_payload, in row order already
         checks = self.checks
         live = checks.without_markers(rows, out)
         generated = generated_ids(self.msg_ids, self.layout, rows, live, first_position)

@@ -65,6 +65,10 @@ class MsgIds:
     def positional(self, position: int) -> str:
         return f"{self._positional}{position}"
 
+    def positional_prefix(self) -> str:
+        """What every positional id of this task starts with; the position follows."""
+        return self._positional
+
     def content_prefix(self) -> str:
         """What every content id of this task starts with; ``<stream>.<seq>:`` follows."""
         return f"{self.run}:"

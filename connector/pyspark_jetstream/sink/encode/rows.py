@@ -9,6 +9,7 @@ with what a dead letter needs), and counts. :class:`RowChoice` is how a caller t
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -60,16 +61,28 @@ def shown(value: Any) -> Any:
 
 
 class Columns:
-    """A batch's columns as Python lists, each materialised once, on first use."""
+    """A batch's columns as Python lists, each materialised once, on first use (the column-wise lane,
+    :mod:`.column_lane`, uses none of them)."""
 
     def __init__(self, lay: InputLayout, batch: Any, n: int) -> None:
         self.batch, self.n = batch, n
-        self.subjects: list[Any] = self.column(lay.subject)
-        self.markers = self.column(lay.marker_reason)
-        self.headers = self.column(lay.headers)
+        self._lay = lay
         self._data_name = lay.data
         self._datas: list[Any] | None = None  # made on first use: the column-wise frames do not need it
         self._binary = lay.data_is_binary
+
+    @cached_property
+    def subjects(self) -> list[Any]:
+        """The subject column as a list (the subject step fills in option ``subject`` in place)."""
+        return self.column(self._lay.subject)
+
+    @cached_property
+    def markers(self) -> list[Any]:
+        return self.column(self._lay.marker_reason)
+
+    @cached_property
+    def headers(self) -> list[Any]:
+        return self.column(self._lay.headers)
 
     def column(self, name: str | None) -> list[Any]:
         if name is None:
