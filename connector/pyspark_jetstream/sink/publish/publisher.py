@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from operator import itemgetter
 
 from ...client.transport import NatsTransport, Transport
 from ...errors import AckTimeoutError, JetStreamConnectorError
@@ -52,6 +53,8 @@ from .moves import Mover
 from .recovery import OrderedRecovery
 from .row_publisher import RowPublisher
 from .window import Window, clock
+
+_POSITION, _FRAME = itemgetter(0), itemgetter(1)  # of the OutFrame layout
 
 RETRY_503_INTERVAL = 0.25
 """Seconds between resends of frames answered by 503 in a cluster (nats.go's publish retry wait)."""
@@ -245,11 +248,13 @@ class Publisher(RowPublisher):
             i += len(chunk)
             if recovery.ordered and not dead_letter:  # dead letters go to another stream: their acks keep no order
                 recovery.book.note_sends(chunk, inflight)
-            else:
+            elif tag:
                 for sent in chunk:
                     inflight[f"{tag}{sent[0]}"] = sent
+            else:  # a row's reply token is its position: keyed in C-level passes (0.15 us a row less)
+                inflight.update(zip(map(str, map(_POSITION, chunk)), chunk, strict=True))
             self.window.done.clear()
-            await self.send(b"".join(sent[1] for sent in chunk))
+            await self.send(b"".join(map(_FRAME, chunk)))
 
     async def drain(self) -> None:
         """Wait until every published frame has its PubAck (or ``ackTimeout`` passes without progress),
