@@ -3,9 +3,10 @@
 Random batches of the rows the column-wise path takes (subject, data as binary or
 string, ttl as text or seconds, msg_id, with or without ``defaultTtl``, the
 expected stream, generated ids, ``preserveExpiry`` and a small ``max_payload``)
-are encoded twice, once with ``BatchEncoder.columnar`` off. Frames, their
-OutFrame fields and every refusal must be equal. Batches with user headers or
-KV operations must take the per-row path.
+are encoded twice, once with ``BatchEncoder.columnar`` off (the column-wise
+lane and the Arrow frames off: the per-row steps). Frames, their OutFrame fields
+and every refusal must be equal. Batches with user headers must take the per-row
+steps; batches the lane takes (stream and KV writes) are checked to be taken.
 """
 
 from __future__ import annotations
@@ -108,7 +109,7 @@ def test_the_column_wise_path_is_taken_for_common_rows_only(monkeypatch):
     original = Frames.columns
 
     def spy(self, *args):
-        calls.append(len(args[1]))
+        calls.append(len(args[0]))
         return original(self, *args)
 
     monkeypatch.setattr(Frames, "columns", spy)
@@ -267,3 +268,94 @@ def test_the_lane_leaves_a_batch_with_a_row_to_refuse_to_the_per_row_steps():
             {k: pa.array(v, pa.binary() if k == "data" else pa.string()) for k, v in columns.items()}), 0, "_I.")
         assert [f[0] for f in out.frames] == [0, 1, 3]
         assert [r.position for r in out.rejected] == [2] and reason in out.rejected[0].reason, (column, bad)
+
+
+KEYS = ["k1", "a.b", "x-y_z=/0", "k" * 100, "é", ".a", "a.", "a b", None]
+OPS = [None, "PUT", "DEL", "PURGE", "del", "MERGE"]
+
+
+def kv_rows(rng: random.Random, n: int, mode: str) -> tuple[dict, list]:
+    """A KV write's columns: ``valid`` values only, ``one`` bad value (of a kind the lane must see), or
+    ``any`` values."""
+    def pick(values: list, good: int) -> object:  # the first ``good`` values pass
+        return rng.choice(values[:good] if mode != "any" else values)
+
+    cols: dict = {"key": [pick(KEYS, 4) for _ in range(n)], "data": [b"v" * rng.randrange(0, 60) for _ in range(n)]}
+    types = {"key": (pa.string(), StringType()), "data": (pa.binary(), BinaryType())}
+    if rng.random() < 0.8:
+        cols["operation"], types["operation"] = [pick(OPS, 4) for _ in range(n)], (pa.string(), StringType())
+    ops = cols.get("operation", [None] * n)
+    ttl_kind = rng.choice(["none", "text", "int"])
+    if ttl_kind == "text":  # a DEL row takes no TTL: the valid batches give it none (or "0")
+        cols["ttl"] = [rng.choice(TTLS_TEXT if mode == "any" else [None, "0"] if op == "DEL" else TTLS_TEXT[:5])
+                       for op in ops]
+        types["ttl"] = (pa.string(), StringType())
+    elif ttl_kind == "int":
+        cols["ttl"] = [rng.choice(TTLS_INT[:-1] if mode == "any" else [None, 0] if op == "DEL" else [None, 0, 1, 3600])
+                       for op in ops]
+        types["ttl"] = (pa.int64(), LongType())
+    if rng.random() < 0.4:
+        cols["expected_revision"] = [pick([None, 0, 5, 2**40, -1], 4) for _ in range(n)]
+        types["expected_revision"] = (pa.int64(), LongType())
+    if rng.random() < 0.3:
+        cols["msg_id"], types["msg_id"] = [pick([None, "", "id-1", "x\ny"], 3) for _ in range(n)], (pa.string(),
+                                                                                                     StringType())
+    if mode == "one":
+        row = rng.randrange(n)
+        faults = [("key", rng.choice(KEYS[5:]))]
+        if "operation" in cols:
+            faults.append(("operation", rng.choice(OPS[4:])))
+            if "ttl" in cols:
+                faults.append(("DEL with a TTL", None))
+        if "ttl" in cols:
+            faults.append(("ttl", "bogus" if ttl_kind == "text" else -5))
+        if "expected_revision" in cols:
+            faults.append(("expected_revision", -1))
+        if "msg_id" in cols:
+            faults.append(("msg_id", "x\ny"))
+        name, value = rng.choice(faults)
+        if name == "DEL with a TTL":
+            cols["operation"][row], cols["ttl"][row] = "DEL", "1h" if ttl_kind == "text" else 60
+        else:
+            cols[name][row] = value
+    columns = {name: pa.array(values, types[name][0]) for name, values in cols.items()}
+    return columns, [StructField(name, types[name][1]) for name in cols]
+
+
+@settings(max_examples=500, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), mode=st.sampled_from(["valid", "one", "any"]))
+def test_the_lane_gives_a_bucket_writes_per_row_frames(seed, mode):
+    """KV writes (option ``bucket``) through the lane and through the per-row steps: frames (each
+    operation's header lines and empty payload, the compare-and-set line, the TTL by operation),
+    refusals and counts alike. Valid batches must take the lane; a batch with one bad value must not."""
+    from pyspark_jetstream.sink.encode.column_lane import ColumnLane
+
+    rng = random.Random(seed)
+    columns, fields = kv_rows(rng, rng.randrange(1, 40), mode)
+    cfg = EncoderConfig(default_subject=None, default_ttl=rng.choice([None, "1h", "never"]), preserve_expiry=False,
+                        expected_stream=rng.choice([None, "KV_B"]), allow_rollup=False,
+                        max_payload=rng.choice([1024 * 1024, 150, 200]), bucket="B")
+    ids = rng.choice([None, MsgIds("w0123456789abcdef", 1)])
+    batch = pa.RecordBatch.from_pydict(columns)
+    layout = layout_from_schema(StructType(fields), has_default_subject=False, bucket=True)
+    taken, outs = [], []
+    original = ColumnLane.encode
+
+    def spy(self, *args):
+        taken.append(original(self, *args))
+        return taken[-1]
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(ColumnLane, "encode", spy)
+        for columnar in (True, False):
+            encoder = BatchEncoder(layout, cfg, MsgIds(ids.run, ids.partition) if ids else None)
+            encoder.columnar = columnar
+            outs.append(encoder.encode(batch, 7, "_INBOX.r.", now=NOW))
+    fast, slow = outs
+    assert fast.frames == slow.frames
+    assert [(r.position, r.subject, r.reason, r.column, r.value, r.payload, r.msg_id) for r in fast.rejected] == \
+        [(r.position, r.subject, r.reason, r.column, r.value, r.payload, r.msg_id) for r in slow.rejected]
+    if mode == "valid":
+        assert taken == [True]
+    elif mode == "one":
+        assert taken == [False] and any("max_payload" not in r.reason for r in slow.rejected)

@@ -119,14 +119,15 @@ class Frames:
         ids = pa.array([msg_ids[i] or None for i in live], pa.string())  # an empty id: no line
         ttls = pa.array([ttl_headers[i] for i in live], pa.string())
         subjects = pa.array([rows.subjects[i] for i in live], pa.string())
-        self.columns(rows, live, first, reply, subjects, ttls, ids, out)
+        self.columns(live, first, reply, subjects, ttls, ids, rows.payloads(live), out)
 
-    def columns(self, rows: Columns, live: list[int] | range, first: int, reply: ReplyForm, subjects: Any,
-                ttls: Any, ids: Any, out: EncodedBatch) -> None:
+    def columns(self, live: list[int] | range, first: int, reply: ReplyForm, subjects: Any, ttls: Any, ids: Any,
+                payload: Any, out: EncodedBatch, lines: tuple[Any, ...] = ()) -> None:
         """The frames of rows ``live`` from Arrow columns of those rows (``subjects``; ``ttls`` and ``ids``
-        as header values, null for no line; either may be a scalar for every row): every frame joined
-        by Arrow in one pass per part instead of a few string operations per row in Python. Byte for
-        byte :meth:`per_row`'s frames (the differential test in tests/unit/test_sink_frames.py)."""
+        as header values, null for no line, either may be a scalar for every row; ``payload`` as
+        large_binary; ``lines``: header lines that come first, such as a KV operation's): every frame
+        joined by Arrow in one pass per part instead of a few string operations per row in Python.
+        Byte for byte :meth:`per_row`'s frames (the differential test in tests/unit/test_sink_frames.py)."""
         import pyarrow as pa
         import pyarrow.compute as pc
 
@@ -140,11 +141,10 @@ class Frames:
         crlf, space, empty = lit(b"\r\n"), lit(b" "), lit(b"")
         id_line = join(lit(b"Nats-Msg-Id: "), ids.cast(binary), crlf, empty)  # null: no line
         ttl_line = join(lit(b"Nats-TTL: "), ttls.cast(binary), crlf, empty)
-        block = join(lit(b"NATS/1.0\r\n"), id_line, ttl_line, lit(self._tail.encode()), empty,
-                     null_handling="replace", null_replacement="")
+        block = join(lit(b"NATS/1.0\r\n"), *(line.cast(binary) for line in lines), id_line, ttl_line,
+                     lit(self._tail.encode()), empty, null_handling="replace", null_replacement="")
         if isinstance(block, pa.Scalar):  # every part a scalar: the same block for every row
             block = pa.array([block.as_py()] * len(live), binary)
-        payload = rows.payloads(live)
         hlen = pc.binary_length(block)
         plen = pc.binary_length(payload)
         total = pc.add(hlen, plen)
@@ -164,7 +164,7 @@ class Frames:
             totals = total.to_pylist()
             for k in [k for k, t in enumerate(totals) if t > max_payload]:
                 out.rejected.append(too_large(positions[k], subject_list[k], totals[k], max_payload,
-                                              rows.payload(live[k]), id_list[k]))
+                                              payload[k].as_py(), id_list[k]))
             kept = [k for k, t in enumerate(totals) if t <= max_payload]
             out.frames.extend((positions[k], frames[k], subject_list[k], ttl_list[k], id_list[k], hlens[k], plens[k])
                               for k in kept)
