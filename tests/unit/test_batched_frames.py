@@ -7,7 +7,8 @@ from __future__ import annotations
 import pyarrow as pa
 from pyspark.sql.types import BinaryType, StringType, StructField, StructType
 
-from pyspark_jetstream.client.fast_publisher import Feed, batch_frames, cut_frame
+from pyspark_jetstream.client.fast_publisher import Feed
+from pyspark_jetstream.protocol.batch_frames import batch_frames, cut_frame
 from pyspark_jetstream.protocol.frames import hpub_frame
 from pyspark_jetstream.sink.encode.encoder import BatchEncoder
 from pyspark_jetstream.sink.encode.frames import OutFrame, ReplyForm
@@ -53,6 +54,23 @@ def test_whole_frames_go_out_as_made_again_from_their_parts():
     # Another batch (a resend under a new head) makes every frame again.
     other = batch_frames(whole, 9, b"_INBOX.abc.other.500.fail.", 1, 3, 0, whole=False)
     assert other.count(b"_INBOX.abc.other.500.fail.") == 3 and HEAD.encode() not in other
+
+
+def test_a_batch_of_whole_frames_and_cut_ones_goes_out_as_all_made_again():
+    """A feed holds whole frames and, after a skipped row, cut ones: each run of whole frames is joined
+    at once, the others made again, every range of messages and every commit alike."""
+    import random
+
+    frames = [sent[1] for sent in _frames(40)]
+    cut = [cut_frame(f) for f in frames]
+    rng = random.Random(7)
+    for _ in range(300):
+        mixed = [c if rng.random() < 0.2 else f for f, c in zip(frames, cut, strict=True)]
+        first = rng.randrange(1, 41)
+        last = rng.randrange(first, 41)
+        commit = rng.choice([0, last, rng.randrange(first, last + 1)])
+        made = batch_frames(mixed, 0, HEAD.encode(), first, last, commit, whole=True)
+        assert made == batch_frames(cut, 0, HEAD.encode(), first, last, commit), (first, last, commit)
 
 
 def test_frames_go_whole_only_at_their_own_feed_positions_with_the_batch_reply():

@@ -34,20 +34,16 @@ import contextlib
 import dataclasses
 import json
 import secrets
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from ..errors import AckTimeoutError, JetStreamConnectorError
 from ..protocol import fast_ingest as fi
-from ..protocol.frames import hpub_around_reply, pub_frame
-from ..protocol.headers import MSG_ID
+from ..protocol.batch_frames import Message, batch_frames, prepare
+from ..protocol.frames import pub_frame
 from .jsapi import server_version
 from .transport import NatsTransport, Transport
-
-Headers = Mapping[str, str] | Iterable[tuple[str, str]] | None
-Message = tuple[str, Headers, bytes, "str | None"]
-"""(subject, headers, payload, Nats-Msg-Id or None)."""
 
 KEEPALIVE = 5.0
 """Seconds between the pings of an open batch waiting for its feed: half the server's idle limit (10 s,
@@ -55,7 +51,6 @@ KEEPALIVE = 5.0
 
 MIN_SERVER = (2, 14, 3)
 """The first nats-server whose fast-ingest commits are right after a gap (NATS-FACTS l)."""
-CRLF = b"\r\n"
 _PING = b".%d.%s" % (fi.OP_PING, fi.SUFFIX.encode())
 
 
@@ -164,52 +159,6 @@ class Feed:
         k = position - self.offset
         del self.prepared[k], self.subjects[k], self.ids[k]
         return self.tags.pop(k)
-
-
-def header_block(headers: Headers, msg_id: str | None) -> bytes:
-    lines = ["NATS/1.0\r\n"]
-    if msg_id:
-        lines.append(f"{MSG_ID}: {msg_id}\r\n")
-    pairs = headers.items() if isinstance(headers, Mapping) else (headers or ())
-    lines += [f"{name}: {value}\r\n" for name, value in pairs]
-    lines.append("\r\n")
-    return "".join(lines).encode()
-
-
-def prepare(messages: Sequence[Message]) -> list[tuple[bytes, bytes, bytes]]:
-    """Each message's frame around its reply subject, made once: ``(before, after, payload)``."""
-    return [(*hpub_around_reply(subject, header_block(headers, msg_id), len(payload)), payload)
-            for subject, headers, payload, msg_id in messages]
-
-
-def cut_frame(frame: bytes) -> tuple[bytes, bytes, bytes]:
-    """A whole ``HPUB <subject> <reply> <hlen> <total>\\r\\n...\\r\\n`` frame as :func:`prepare`'s
-    ``(before the reply, after it, b"")``: a subject and a reply hold no space, so two searches find it."""
-    start = frame.index(b" ", 5) + 1
-    end = frame.index(b" ", start)
-    return frame[:start], frame[end:-2], b""
-
-
-def batch_frames(prepared: Sequence[tuple[bytes, bytes, bytes] | bytes], base: int, head: bytes, first: int,
-                 last: int, commit: int, whole: bool = False) -> bytes:
-    """Messages ``first..last`` of a batch (batch sequences; message k is ``prepared[base + k - 1]``, a
-    :func:`prepare` triple or a whole frame) as one buffer of HPUB frames under the batch's ``head``;
-    message ``commit`` commits (0: none of them). ``whole``: this is the batch whole frames were made
-    for (:meth:`FastPublisher.head_for_frames`), so an append's goes as it is; any other is cut and made
-    again."""
-    parts: list[bytes] = []
-    append = b".1.$FI"
-    for k in range(first, last + 1):
-        entry = prepared[base + k - 1]
-        if type(entry) is bytes:
-            if whole and 1 < k != commit:
-                parts.append(entry)
-                continue
-            entry = cut_frame(entry)
-        before, after, payload = entry
-        op = append if 1 < k != commit else b".%d.$FI" % fi.op_for(k, commit)
-        parts += (before, head, b"%d" % k, op, after, payload, CRLF)
-    return b"".join(parts)
 
 
 async def check_stream(nc: Any, stream: str, *, api_prefix: str = "$JS.API", timeout: float = 5.0) -> dict:

@@ -31,15 +31,19 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
+from operator import itemgetter
 from typing import Any
 
-from ...client.fast_publisher import FastPublisher, Feed, TooManyBatches, cut_frame
+from ...client.fast_publisher import FastPublisher, Feed, TooManyBatches
 from ...logs import get_logger
 from ...protocol import fast_ingest as fi
+from ...protocol.batch_frames import cut_frame
 from ...protocol.subjects import subject_matches
 from ..encode.frames import ReplyForm
 from .acks import AckFailure
 from .row_publisher import RowPublisher
+
+_FRAME, _SUBJECT, _MSG_ID = itemgetter(1), itemgetter(2), itemgetter(4)  # of the OutFrame layout
 
 CACHE = 4096
 """Subjects whose place (in the target stream or not) is remembered per task."""
@@ -50,7 +54,7 @@ _said_busy: set[str] = set()
 
 def cut(frames: Sequence[tuple]) -> tuple[list[tuple[bytes, bytes, bytes]], list[str], list[str | None]]:
     """Each frame (the OutFrame layout) as ``(before the reply, after it, b"")`` for a :class:`Feed`
-    (:func:`~pyspark_jetstream.client.fast_publisher.cut_frame`); with its subject and message id."""
+    (:func:`~pyspark_jetstream.protocol.batch_frames.cut_frame`); with its subject and message id."""
     return [cut_frame(sent[1]) for sent in frames], [sent[2] for sent in frames], [sent[4] for sent in frames]
 
 
@@ -203,8 +207,9 @@ class BatchedPublisher(RowPublisher):
             await self._per_row(frames)
             return
         if self._target is not None:
-            target = self._target
-            outside = [sent for sent in frames if sent[2] not in target]
+            target = self._target  # asked once per distinct subject (a C-level set), then per row if one is out
+            outside = [] if all(map(target.__contains__, set(map(_SUBJECT, frames)))) else \
+                [sent for sent in frames if sent[2] not in target]
             if outside:
                 frames = [sent for sent in frames if sent[2] in target]
                 await self.acked.publish(reframed(outside, self.acked.reply_form))
@@ -215,7 +220,7 @@ class BatchedPublisher(RowPublisher):
             return
         feed = self._open_feed()
         if feed is self._whole and self._whole_frames(feed, frames):
-            feed.add([sent[1] for sent in frames], [sent[2] for sent in frames], [sent[4] for sent in frames], frames)
+            feed.add(list(map(_FRAME, frames)), list(map(_SUBJECT, frames)), list(map(_MSG_ID, frames)), frames)
         else:
             prepared, subjects, ids = cut(frames)
             feed.add(prepared, subjects, ids, frames)
