@@ -8,6 +8,7 @@ with what a dead letter needs), and counts. :class:`RowChoice` is how a caller t
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
@@ -90,7 +91,12 @@ class Columns:
         return self.arrow(name).to_pylist()
 
     def arrow(self, name: str) -> Any:
-        return self.batch.column(self.batch.schema.get_field_index(name))
+        """A column as Arrow; text, bytes and lists always in their small forms (``string``, ``binary``,
+        ``list``), also where Spark sends the large ones (``spark.sql.execution.arrow.useLargeVarTypes``),
+        at any depth: Arrow's string kernels take no mix of the two, and a batch is far below 2 GiB."""
+        column = self.batch.column(self.batch.schema.get_field_index(name))
+        small = small_type(column.type)
+        return column if small == column.type else column.cast(small)
 
     def payload(self, i: int) -> bytes:
         if self._datas is None:
@@ -106,3 +112,29 @@ class Columns:
         if len(live) < self.n:
             column = column.take(pa.array(live, pa.int64()))
         return column.cast(pa.large_binary()).fill_null(b"")
+
+
+@functools.lru_cache(maxsize=64)
+def small_type(kind: Any) -> Any:
+    """``kind`` with every large string, binary and list type in it made small; ``kind`` itself when it
+    has none."""
+    import pyarrow as pa
+
+    t = pa.types
+    if t.is_large_string(kind):
+        return pa.string()
+    if t.is_large_binary(kind):
+        return pa.binary()
+    if t.is_map(kind):
+        key, item = small_type(kind.key_type), small_type(kind.item_type)
+        small = pa.map_(key, item)
+        return kind if small == kind else small
+    if t.is_large_list(kind) or t.is_list(kind):
+        value = small_type(kind.value_type)
+        small = pa.list_(value)
+        return kind if small == kind else small
+    if t.is_struct(kind):
+        fields = [kind.field(i) for i in range(kind.num_fields)]
+        small = [f.with_type(small_type(f.type)) for f in fields]
+        return kind if all(a.type == b.type for a, b in zip(small, fields, strict=True)) else pa.struct(small)
+    return kind
