@@ -83,3 +83,21 @@ def test_a_bucket_write_with_large_var_types_reads_the_same_through_nats_py(spar
         seen[on] = (kv_keys(nats_client, kv), {k: history(nats_client, kv, k) for k in ("a", "b", "c", "d/e=f")})
     assert seen[True] == seen[False]
     assert seen[True][0] == ["a", "d/e=f"] and seen[True][1]["b"] == [("PUT", b"2"), ("DEL", b"")]
+
+
+def test_a_lookup_with_large_var_types_gives_what_it_gives_without(spark, nats_server, nats_client, stream_name):
+    from pyspark_jetstream import lookup
+
+    from .test_lookup import GONE, INVALID, LIVE, MISSING, _bucket
+
+    bucket = stream_name.replace("_", "")[:40]
+    _bucket(nats_client, bucket)
+    keys = LIVE + GONE + MISSING + INVALID + [None] + LIVE[:3] * 3
+    df = spark.createDataFrame([(i, k, f"p{i}") for i, k in enumerate(keys)], "n int, device string, payload string")
+    got = {}
+    for on in (False, True):
+        with large_var_types(spark, on):
+            got[on] = sorted(tuple(r) for r in lookup(df.repartition(3), bucket, "device", servers=nats_server.url,
+                                                      prefix="b_").collect())
+    assert got[True] == got[False] and len(got[True]) == len(keys)
+    assert sum(r[3] is not None for r in got[True]) == len(LIVE) + 9  # b_value, as kv.get gives it

@@ -91,7 +91,8 @@ class LookupTask:
         for group in _groups(batches):
             if schema is None:
                 schema = pa.schema([*group[0].schema, *(pa.field(n, t) for n, t in value_fields(self.opts.prefix))])
-            keys = pa.chunked_array([batch.column(self.key_name) for batch in group], pa.string())
+            # A large_string key column (spark.sql.execution.arrow.useLargeVarTypes) is read as a string one.
+            keys = pa.chunked_array([batch.column(self.key_name).cast(pa.string()) for batch in group], pa.string())
             if self.opts.invalid_key == "error":
                 check_keys(keys, position, self.key_name, _where())
             found = source.found(keys_to_fetch(keys))
