@@ -11,6 +11,7 @@ steps; batches the lane takes (stream and KV writes) are checked to be taken.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import random
 
@@ -179,6 +180,23 @@ def test_a_batch_encoded_in_slices_gives_the_whole_batchs_frames_refusals_and_id
     assert shown[1][3] == shown[2][3][:16] == shown[3][3][:16]
 
 
+@contextlib.contextmanager
+def lane_taken():
+    """What each call of the column-wise lane answered (True: it took the batch), in order."""
+    from pyspark_jetstream.sink.encode.column_lane import ColumnLane
+
+    taken: list[bool] = []
+    original = ColumnLane.encode
+
+    def spy(self, *args):
+        taken.append(original(self, *args))
+        return taken[-1]
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(ColumnLane, "encode", spy)
+        yield taken
+
+
 VALID_SUBJECTS = ["orders.eu", "orders.é.1", "a", "k" * 200, None, ""]  # null and empty: option 'subject'
 VALID_TTLS_TEXT = [None, "1h", "90s", "never", "0", "5", " 30", "1h30m"]
 
@@ -215,16 +233,7 @@ def lane_batch(rng: random.Random, n: int) -> tuple[dict, list, bool]:
 def test_the_column_wise_lane_gives_the_per_row_steps_frames(seed):
     """Batches the lane takes (each checked to be taken) against the per-row steps: frames, ids,
     refusals over max_payload, counts; and a content id's repeats counted across batches alike."""
-    from pyspark_jetstream.sink.encode.column_lane import ColumnLane
-
     rng = random.Random(seed)
-    taken = []
-    original = ColumnLane.encode
-
-    def spy(self, *args):
-        taken.append(original(self, *args))
-        return taken[-1]
-
     has_default = True
     cfg = EncoderConfig(default_subject="fallback.subject", default_ttl=rng.choice([None, "1h", "never", "60"]),
                         preserve_expiry=False, expected_stream=rng.choice([None, "ORDERS"]), allow_rollup=False,
@@ -236,8 +245,7 @@ def test_the_column_wise_lane_gives_the_per_row_steps_frames(seed):
     layout = layout_from_schema(StructType(fields), has_default_subject=has_default)
     outs = []
     first = rng.choice([0, 1, 10_000])
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(ColumnLane, "encode", spy)
+    with lane_taken() as taken:
         for columnar in (True, False):
             encoder = BatchEncoder(layout, cfg, MsgIds(ids.run, ids.partition) if ids else None)
             encoder.columnar = columnar
@@ -328,8 +336,6 @@ def test_the_lane_gives_a_bucket_writes_per_row_frames(seed, mode):
     """KV writes (option ``bucket``) through the lane and through the per-row steps: frames (each
     operation's header lines and empty payload, the compare-and-set line, the TTL by operation),
     refusals and counts alike. Valid batches must take the lane; a batch with one bad value must not."""
-    from pyspark_jetstream.sink.encode.column_lane import ColumnLane
-
     rng = random.Random(seed)
     columns, fields = kv_rows(rng, rng.randrange(1, 40), mode)
     cfg = EncoderConfig(default_subject=None, default_ttl=rng.choice([None, "1h", "never"]), preserve_expiry=False,
@@ -338,15 +344,8 @@ def test_the_lane_gives_a_bucket_writes_per_row_frames(seed, mode):
     ids = rng.choice([None, MsgIds("w0123456789abcdef", 1)])
     batch = pa.RecordBatch.from_pydict(columns)
     layout = layout_from_schema(StructType(fields), has_default_subject=False, bucket=True)
-    taken, outs = [], []
-    original = ColumnLane.encode
-
-    def spy(self, *args):
-        taken.append(original(self, *args))
-        return taken[-1]
-
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(ColumnLane, "encode", spy)
+    outs = []
+    with lane_taken() as taken:
         for columnar in (True, False):
             encoder = BatchEncoder(layout, cfg, MsgIds(ids.run, ids.partition) if ids else None)
             encoder.columnar = columnar

@@ -65,14 +65,14 @@ def batch_frames(prepared: Sequence[tuple[bytes, bytes, bytes] | bytes], base: i
                 continue
             except TypeError:  # a cut frame among them: one at a time from here
                 joined = False
-        entry = prepared[base + k - 1]
+        seq, entry = k, prepared[base + k - 1]
         k += 1
         if type(entry) is bytes:
-            if whole and 1 < k - 1 != commit:
+            if whole and 1 < seq != commit:
                 parts.append(entry)
                 continue
             entry = cut_frame(entry)
         before, after, payload = entry
-        op = append if 1 < k - 1 != commit else b".%d.$FI" % fi.op_for(k - 1, commit)
-        parts += (before, head, b"%d" % (k - 1), op, after, payload, CRLF)
+        op = append if 1 < seq != commit else b".%d.$FI" % fi.op_for(seq, commit)
+        parts += (before, head, b"%d" % seq, op, after, payload, CRLF)
     return b"".join(parts)

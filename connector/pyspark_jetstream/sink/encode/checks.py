@@ -30,17 +30,11 @@ class RowChecks:
         self.layout = layout
         self.config = config
         self._valid_subjects: dict[str, bool] = {}
-        self._resolve_ttl = TtlResolver()
-
-    def resolve_ttl(self, value: str | int) -> str | None:
+        self.resolve_ttl = TtlResolver()
         """A TTL's header value (None: no header), each distinct value parsed once; raises ``InvalidTtl``."""
-        return self._resolve_ttl(value)
 
     def subject_ok(self, subject: str) -> bool:
         """Whether ``subject`` is a valid publish subject, each distinct one checked once."""
-        return self._subject_ok(subject)
-
-    def _subject_ok(self, subject: str) -> bool:
         ok = self._valid_subjects.get(subject)
         if ok is None:
             ok = is_receivable_subject(subject)
@@ -81,7 +75,7 @@ class RowChecks:
                 out.rejected.append(RowRejection(
                     first + i, None, "the row has no subject and the option 'subject' is not set", "subject", None,
                     payload=rows.payload(i), msg_id=generated[i]))
-            elif not self._subject_ok(subject):
+            elif not self.subject_ok(subject):
                 out.rejected.append(RowRejection(
                     first + i, subject, "not a valid publish subject (empty, an ASCII space, tab, CR, LF, FF or VT, a "
                     "wildcard or an empty token)",
@@ -158,7 +152,7 @@ class RowChecks:
             if ops is not None and ops[i][0] == kv.DEL:
                 own = ttls[i] if ttls[i] is not None else header_ttls.get(i)
                 try:
-                    resolved = None if own is None else self._resolve_ttl(own)
+                    resolved = None if own is None else self.resolve_ttl(own)
                 except InvalidTtl:
                     resolved = own
                 if resolved is not None:
@@ -186,7 +180,7 @@ class RowChecks:
                 value, column = header_ttls[i], self.layout.headers
             if value is not None:
                 try:
-                    ttl_headers[i] = self._resolve_ttl(value)
+                    ttl_headers[i] = self.resolve_ttl(value)
                 except InvalidTtl as exc:
                     # The refused value travels as the dead letter's Spark-JetStream-Original-TTL too.
                     out.rejected.append(RowRejection(

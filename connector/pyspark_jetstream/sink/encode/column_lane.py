@@ -190,6 +190,8 @@ class KvColumns:
         return subjects, ttls, lines, payload
 
     def _ttls(self, rows: Columns, ops: Any, put: Any) -> Any:
+        """Each row's TTL value by its operation (class docstring); None when one may be refused. ``own``
+        may be a scalar (one TTL in the batch): Arrow's kernels take it beside the columns."""
         import pyarrow as pa
         import pyarrow.compute as pc
 
@@ -202,8 +204,6 @@ class KvColumns:
         own = resolved_ttls(column, self.checks, None)  # each row's own TTL, null for none
         if own is None:
             return None
-        if isinstance(own, pa.Scalar):
-            own = pa.array([own.as_py()] * rows.n, pa.string())
         if self.layout.operation is None:
             return pc.if_else(pc.is_valid(column), own, pa.scalar(default, pa.string()))
         if pc.any(pc.and_(pc.equal(ops, kv.DEL), pc.is_valid(own))).as_py():

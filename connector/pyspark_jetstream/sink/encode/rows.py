@@ -70,6 +70,7 @@ class Columns:
         self._lay = lay
         self._data_name = lay.data
         self._datas: list[Any] | None = None  # made on first use: the column-wise frames do not need it
+        self._arrow: dict[str, Any] = {}  # name -> the column in its small form (cast once a batch)
         self._binary = lay.data_is_binary
 
     @cached_property
@@ -94,9 +95,12 @@ class Columns:
         """A column as Arrow; text, bytes and lists always in their small forms (``string``, ``binary``,
         ``list``), also where Spark sends the large ones (``spark.sql.execution.arrow.useLargeVarTypes``),
         at any depth: Arrow's string kernels take no mix of the two, and a batch is far below 2 GiB."""
-        column = self.batch.column(self.batch.schema.get_field_index(name))
-        small = small_type(column.type)
-        return column if small == column.type else column.cast(small)
+        column = self._arrow.get(name)
+        if column is None:
+            column = self.batch.column(self.batch.schema.get_field_index(name))
+            small = small_type(column.type)
+            column = self._arrow[name] = column if small == column.type else column.cast(small)
+        return column
 
     def payload(self, i: int) -> bytes:
         if self._datas is None:

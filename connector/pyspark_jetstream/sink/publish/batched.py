@@ -52,12 +52,6 @@ log = get_logger("sink")
 _said_busy: set[str] = set()
 
 
-def cut(frames: Sequence[tuple]) -> tuple[list[tuple[bytes, bytes, bytes]], list[str], list[str | None]]:
-    """Each frame (the OutFrame layout) as ``(before the reply, after it, b"")`` for a :class:`Feed`
-    (:func:`~pyspark_jetstream.protocol.batch_frames.cut_frame`); with its subject and message id."""
-    return [cut_frame(sent[1]) for sent in frames], [sent[2] for sent in frames], [sent[4] for sent in frames]
-
-
 def reframed(frames: Sequence[tuple], reply: ReplyForm) -> list[tuple]:
     """``frames`` (OutFrame layout) made again with ``reply``: for the per-row publisher, whose PubAcks
     come to ``<inbox>.<position>``."""
@@ -219,11 +213,10 @@ class BatchedPublisher(RowPublisher):
             await self._per_row(frames)
             return
         feed = self._open_feed()
-        if feed is self._whole and self._whole_frames(feed, frames):
-            feed.add(list(map(_FRAME, frames)), list(map(_SUBJECT, frames)), list(map(_MSG_ID, frames)), frames)
-        else:
-            prepared, subjects, ids = cut(frames)
-            feed.add(prepared, subjects, ids, frames)
+        # Frames made for this feed's batch go as they are; any other is cut around its reply (cut_frame).
+        whole = feed is self._whole and self._whole_frames(feed, frames)
+        prepared = list(map(_FRAME, frames)) if whole else [cut_frame(sent[1]) for sent in frames]
+        feed.add(prepared, list(map(_SUBJECT, frames)), list(map(_MSG_ID, frames)), frames)
         await self._wait_room(feed)
 
     def _whole_frames(self, feed: Feed, frames: list[tuple]) -> bool:
